@@ -1,0 +1,1 @@
+"""Learning algorithms that plug into `batchrl.tools.simulate`."""

@@ -1,0 +1,78 @@
+"""Losses of PPO with an adaptive KL penalty and a KL cut-off penalty.
+
+Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347, section 4
+(adaptive KL penalty coefficient); Heess et al., "Emergence of Locomotion Behaviours in Rich
+Environments", arXiv:1707.02286, algorithm 1 (squared hinge penalty on the KL above twice
+its target).
+"""
+
+import tensorflow as tf
+
+from batchrl.algorithms.ppo.advantage import masked_mean
+
+
+def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
+                kl_cutoff_factor, kl_cutoff_coef):
+    """Penalized surrogate objective of PPO, to be minimized.
+
+    `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_episodes[max(0, KL_e - c)^2]`,
+    with the importance ratio `r_t = exp(log_prob - old_log_prob)`, the mean KL of each
+    episode `KL_e`, and `c = kl_cutoff_factor * kl_target`.
+
+    Args:
+      log_prob: float32 `[episodes, time]`, log pi(a_t | s_t) under the current policy.
+      old_log_prob: float32 `[episodes, time]`, the same under the policy that acted.
+      advantage: float32 `[episodes, time]`, normalized advantages.
+      kl: float32 `[episodes, time]`, KL(old policy || current policy) at each step.
+      mask: float32 `[episodes, time]`, 1 for valid steps.
+      penalty: float32 scalar, the KL penalty coefficient beta.
+      kl_target, kl_cutoff_factor, kl_cutoff_coef: floats.
+
+    Returns:
+      dict of float32 scalars: `loss` (the total), `surrogate`, `kl`, `kl_penalty`,
+      `cutoff_penalty`, `cutoff_count` (episodes whose KL exceeds the cut-off).
+    """
+    ratio = tf.exp(log_prob - tf.stop_gradient(old_log_prob))
+    surrogate = -masked_mean(ratio * tf.stop_gradient(advantage), mask)
+    mean_kl = masked_mean(kl, mask)
+    episode_kl = masked_mean(kl, mask, axis=1)
+    cutoff = kl_cutoff_factor * kl_target
+    over = tf.nn.relu(episode_kl - cutoff)
+    valid_episodes = tf.cast(tf.reduce_sum(mask, 1) > 0, tf.float32)
+    cutoff_penalty = kl_cutoff_coef * masked_mean(tf.square(over), valid_episodes)
+    kl_penalty = penalty * mean_kl
+    return {
+        "loss": surrogate + kl_penalty + cutoff_penalty,
+        "surrogate": surrogate,
+        "kl": mean_kl,
+        "kl_penalty": kl_penalty,
+        "cutoff_penalty": cutoff_penalty,
+        "cutoff_count": tf.reduce_sum(tf.cast(over > 0, tf.float32) * valid_episodes),
+    }
+
+
+def value_loss(value, target, mask):
+    """Half the mean squared error of the value predictions over valid steps; scalar."""
+    return 0.5 * masked_mean(tf.square(value - tf.stop_gradient(target)), mask)
+
+
+def adapted_penalty(penalty, kl, kl_target, factor=1.5, high_ratio=1.3, low_ratio=0.7,
+                    low=1e-6, high=1e6):
+    """The KL penalty coefficient for the next update (arXiv:1707.06347, section 4).
+
+    Multiplied by `factor` when `kl > high_ratio * kl_target`, divided by it when
+    `kl < low_ratio * kl_target`, unchanged otherwise, and kept within `[low, high]` so
+    that it can always recover.
+
+    Args:
+      penalty: float32 scalar, the current coefficient beta.
+      kl: float32 scalar, the mean KL measured after the update.
+      kl_target: the KL target.
+
+    Returns:
+      float32 scalar, the new coefficient.
+    """
+    penalty = tf.convert_to_tensor(penalty, tf.float32)
+    penalty = tf.where(kl > high_ratio * kl_target, penalty * factor, penalty)
+    penalty = tf.where(kl < low_ratio * kl_target, penalty / factor, penalty)
+    return tf.clip_by_value(penalty, low, high)

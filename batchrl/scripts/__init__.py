@@ -1,0 +1,1 @@
+"""Command-line programs and their building blocks (configs, networks, environments)."""

@@ -1,0 +1,176 @@
+"""Experiment configurations: YAML files under `configs/`, layered and validated.
+
+A run's config is `configs/default.yaml`, overridden by a named config (`configs/NAME.yaml`)
+or a YAML file given by path, overridden by `--set KEY=VALUE` pairs (values parsed as YAML).
+Every key must exist in `default.yaml`, and every value must have the default's type.
+"""
+
+import difflib
+import io
+import os
+import pathlib
+
+import ruamel.yaml
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
+
+# Constraints beyond the type of the default value.
+_POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
+             "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
+             "init_std", "init_mean_factor", "max_length", "max_gradient_norm"}
+_NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed"}
+_UNIT_INTERVAL = {"discount", "gae_lambda"}
+_OPTIONAL_INT = {"max_length"}
+_OPTIONAL_FLOAT = {"max_gradient_norm"}
+_CHOICES = {"algorithm": ("ppo",)}
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config: the message names the culprit and the valid choices."""
+
+
+class Config(dict):
+    """A dict whose keys are also attributes."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"config has no key {name!r}") from None
+
+
+def _yaml():
+    yaml = ruamel.yaml.YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    return yaml
+
+
+def _read(path):
+    try:
+        with open(path) as file:
+            data = _yaml().load(file)
+    except ruamel.yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of keys to values")
+    return data
+
+
+def available():
+    """Names of the configs under `configs/` (without `default`), sorted."""
+    return sorted(path.stem for path in CONFIG_DIR.glob("*.yaml") if path.stem != "default")
+
+
+def _suggest(word, choices):
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _resolve_path(name_or_path):
+    if os.sep in name_or_path or name_or_path.endswith((".yaml", ".yml")):
+        path = pathlib.Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"config file {name_or_path} does not exist")
+        return path
+    path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if name_or_path == "default" or path.is_file():
+        return path
+    raise ConfigError(
+        f"unknown config {name_or_path!r}{_suggest(name_or_path, available())}; "
+        f"available: {', '.join(available())}")
+
+
+def _check_value(key, value, default):
+    """Checks the type and range of `value` for `key`; returns it (ints made floats)."""
+    where = f"config key {key!r}"
+    if value is None:
+        if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT:
+            return None
+        raise ConfigError(f"{where} must not be null")
+    if key in _OPTIONAL_INT or isinstance(default, int) and not isinstance(default, bool):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+    elif key in _OPTIONAL_FLOAT or isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        value = float(value)
+    elif isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+    elif isinstance(default, list):
+        if not isinstance(value, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value):
+            raise ConfigError(f"{where} must be a list of positive integers, got {value!r}")
+    if key in _POSITIVE and value <= 0:
+        raise ConfigError(f"{where} must be positive, got {value!r}")
+    if key in _NON_NEGATIVE and value < 0:
+        raise ConfigError(f"{where} must not be negative, got {value!r}")
+    if key in _UNIT_INTERVAL and not 0 <= value <= 1:
+        raise ConfigError(f"{where} must be between 0 and 1, got {value!r}")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{where} is {value!r}; choices: {', '.join(_CHOICES[key])}")
+    return value
+
+
+def _merge(config, overrides, defaults, source):
+    for key, value in overrides.items():
+        if key not in defaults:
+            raise ConfigError(
+                f"unknown config key {key!r} in {source}{_suggest(key, defaults)}; "
+                f"valid keys: {', '.join(sorted(defaults))}")
+        config[key] = _check_value(key, value, defaults[key])
+
+
+def parse_overrides(pairs):
+    """Parses `KEY=VALUE` strings into a dict; values are YAML (`1e-4`, `[64, 64]`, `null`)."""
+    result = {}
+    for pair in pairs or ():
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
+        try:
+            result[key.strip()] = _yaml().load(text) if text.strip() else None
+        except ruamel.yaml.YAMLError:
+            raise ConfigError(f"--set {pair!r}: the value is not valid YAML") from None
+    return result
+
+
+def load(name_or_path="default", overrides=None):
+    """Loads and validates a config.
+
+    Args:
+      name_or_path: a config name under `configs/` or a path to a YAML file.
+      overrides: list of `KEY=VALUE` strings (or a dict), applied last.
+
+    Returns:
+      `Config`.
+
+    Raises:
+      ConfigError: unknown config name, unknown key, wrong type or out-of-range value.
+    """
+    defaults = _read(CONFIG_DIR / "default.yaml")
+    config = Config()
+    _merge(config, defaults, defaults, "default.yaml")
+    path = _resolve_path(name_or_path)
+    _merge(config, _read(path), defaults, path.name)
+    if not isinstance(overrides, dict):
+        overrides = parse_overrides(overrides)
+    _merge(config, overrides, defaults, "--set")
+    return config
+
+
+def dump(config):
+    """The config as YAML text, keys in the order of `default.yaml`."""
+    stream = io.StringIO()
+    _yaml().dump(dict(config), stream)
+    return stream.getvalue()
+
+
+def read_run_config(path):
+    """Reads a run's `config.yaml` (written by `dump`) without layering; returns `Config`."""
+    return Config(_read(path))

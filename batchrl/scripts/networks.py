@@ -1,0 +1,109 @@
+"""Policy and value networks, selectable by name with the config key `network`.
+
+A network constructor is called as `constructor(observation_space, action_space, config)`
+and returns `Networks(policy, value, distribution)`:
+
+- `policy`: a Keras model mapping observations float32 `[batch, time, *observation_shape]`
+  to a dict of distribution parameters, each `[batch, time, ...]`;
+- `value`: a Keras model mapping the same observations to float32 `[batch, time]`;
+- `distribution`: the class that turns the policy's output into an action distribution
+  (see `batchrl.algorithms.distributions`).
+
+Both models are built (their weights exist) when returned.
+"""
+
+import collections
+import math
+
+import gymnasium as gym
+import keras
+import numpy as np
+import tensorflow as tf
+
+from batchrl.algorithms.distributions import DiagonalGaussian
+
+Networks = collections.namedtuple("Networks", "policy, value, distribution")
+
+
+class _MLP(keras.layers.Layer):
+    """ReLU layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`."""
+
+    def __init__(self, units, name=None):
+        super().__init__(name=name)
+        self._layers = [keras.layers.Dense(size, activation="relu") for size in units]
+
+    def call(self, observ):
+        observ = tf.convert_to_tensor(observ, tf.float32)
+        hidden = tf.reshape(observ, tf.concat([tf.shape(observ)[:2], [-1]], 0))
+        for layer in self._layers:
+            hidden = layer(hidden)
+        return hidden
+
+
+class GaussianPolicy(keras.Model):
+    """Feed-forward Gaussian policy of Hafner et al. (arXiv:1709.02878, section 4).
+
+    `mean = tanh(W h(observ) + b)` with a ReLU MLP `h`, and a learned log standard deviation
+    that does not depend on the observation. The last layer is initialized small
+    (`init_mean_factor`) so that the initial mean is near zero, and the standard deviation
+    starts at `init_std`.
+
+    Args:
+      action_size: number of action dimensions.
+      units: sizes of the hidden layers.
+      init_std: initial standard deviation (> 0).
+      init_mean_factor: scale of the variance-scaling initializer of the mean layer.
+    """
+
+    def __init__(self, action_size, units, init_std, init_mean_factor, name="policy"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, name="hidden")
+        self._mean = keras.layers.Dense(
+            action_size, kernel_initializer=keras.initializers.VarianceScaling(
+                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="mean")
+        self._logstd = self.add_weight(
+            shape=(action_size,), initializer=keras.initializers.Constant(math.log(init_std)),
+            name="logstd")
+
+    def call(self, observ):
+        mean = tf.tanh(self._mean(self._hidden(observ)))
+        return {"mean": mean, "logstd": tf.broadcast_to(self._logstd, tf.shape(mean))}
+
+
+class ValueNetwork(keras.Model):
+    """State-value function: a ReLU MLP with a linear output, `[batch, time]`."""
+
+    def __init__(self, units, name="value"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, name="hidden")
+        self._output = keras.layers.Dense(1, name="output")
+
+    def call(self, observ):
+        return self._output(self._hidden(observ))[..., 0]
+
+
+def feed_forward_gaussian(observation_space, action_space, config):
+    """Separate policy and value MLPs; Gaussian actions for a `Box` action space.
+
+    Config keys: `policy_layers`, `value_layers` (lists of ints), `init_std`,
+    `init_mean_factor`.
+
+    Raises:
+      ValueError: if the action space is not a one-dimensional `Box`.
+    """
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(
+            f"network feed_forward_gaussian needs a one-dimensional Box action space, got "
+            f"{action_space}")
+    policy = GaussianPolicy(action_space.shape[0], config.policy_layers, config.init_std,
+                            config.init_mean_factor)
+    value = ValueNetwork(config.value_layers)
+    dummy = np.zeros((1, 1) + observation_space.shape, np.float32)
+    policy(dummy)
+    value(dummy)
+    return Networks(policy, value, DiagonalGaussian)
+
+
+NETWORKS = {
+    "feed_forward_gaussian": feed_forward_gaussian,
+}

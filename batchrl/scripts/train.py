@@ -1,0 +1,170 @@
+"""Train an agent: `python -m batchrl.scripts.train --config=pendulum --logdir=runs/pendulum`.
+
+The run directory receives the resolved `config.yaml`, checkpoints, and TensorBoard event
+files in `train/` and `eval/`. Running the same command again resumes from the latest
+checkpoint. Ctrl-C saves a checkpoint before it exits.
+"""
+
+import argparse
+import os
+import pathlib
+import sys
+
+from batchrl.scripts import configs
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
+
+# TensorFlow is imported inside `train`, so that `--help` and config errors are instant
+# and worker processes that import this package's environment code stay light.
+
+
+def _check(config):
+    """Validation that needs the registries; raises ConfigError."""
+    from batchrl.scripts import environments
+    from batchrl.scripts.networks import NETWORKS
+
+    environments.check_env_id(config.env)
+    if config.network not in NETWORKS:
+        raise configs.ConfigError(
+            f"unknown network {config.network!r} (config key 'network'); "
+            f"choices: {', '.join(sorted(NETWORKS))}")
+    environments.episode_limit(config)
+
+
+def prepare_logdir(logdir, config):
+    """Writes `config.yaml` into a new run directory, or checks it against a resumed one.
+
+    A resumed run may change `steps` (to train longer) and nothing else.
+
+    Raises:
+      ConfigError: when the directory holds a run with different settings.
+    """
+    logdir = pathlib.Path(logdir)
+    path = logdir / "config.yaml"
+    if path.exists():
+        previous = configs.read_run_config(path)
+        changed = sorted(key for key in set(previous) | set(config)
+                         if key != "steps" and previous.get(key) != config.get(key))
+        if changed:
+            details = "; ".join(
+                f"{key}: {previous.get(key)!r} -> {config.get(key)!r}" for key in changed)
+            raise configs.ConfigError(
+                f"{logdir} holds a run with other settings ({details}); resume it with the "
+                f"same config or use a new --logdir")
+    logdir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".yaml.tmp")
+    temporary.write_text(configs.dump(config))
+    os.replace(temporary, path)
+
+
+def train(config, logdir, progress=None, on_phase=None):
+    """Trains `config` in `logdir`, resuming from its latest checkpoint.
+
+    Args:
+      config: a validated `Config`.
+      logdir: the run directory.
+      progress: show a progress bar (None: only on a terminal).
+      on_phase: optional callable receiving each `batchrl.tools.loop.PhaseResult`.
+
+    Returns:
+      `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
+    """
+    import keras
+    import tensorflow as tf
+
+    from batchrl.algorithms.ppo import PPO
+    from batchrl.scripts import environments
+    from batchrl.scripts.networks import NETWORKS
+    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+    from batchrl.tools.loop import Loop
+
+    _check(config)
+    prepare_logdir(logdir, config)
+    keras.utils.set_random_seed(config.seed)
+    batch_env = environments.create_batch(config)
+    try:
+        in_graph = InGraphBatchEnv(batch_env)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        is_training = tf.Variable(True, trainable=False, name="is_training")
+        should_log = tf.Variable(True, trainable=False, name="should_log")
+        algo_config = configs.Config(config)
+        algo_config["network"] = NETWORKS[config.network]
+        algo_config["max_length"] = environments.episode_limit(config)
+        algo = PPO(in_graph, step, is_training, should_log, algo_config)
+        checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
+        loop = Loop(logdir, in_graph, algo, step, is_training, should_log, checkpoint,
+                    steps=config.steps, eval_every=config.eval_every,
+                    eval_episodes=config.eval_episodes, log_every=config.log_every,
+                    progress=progress)
+        resumed = loop.restore()
+        if resumed:
+            print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
+                  flush=True)
+        try:
+            results = loop.run(on_phase=on_phase)
+        except KeyboardInterrupt:
+            path = loop.save()
+            print(f"\nInterrupted at step {int(step.numpy()):,}; saved {path}. Run the same "
+                  f"command again to resume.", file=sys.stderr, flush=True)
+            raise
+        return loop, results
+    finally:
+        batch_env.close()
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m batchrl.scripts.train",
+        description="Train a BatchPPO agent on a Gymnasium environment. Writes config.yaml, "
+                    "checkpoints and TensorBoard summaries (train/, eval/) into LOGDIR; "
+                    "running the same command again resumes the run.")
+    parser.add_argument(
+        "--config", default="pendulum",
+        help=f"a config name under configs/ (available: {', '.join(configs.available())}) "
+             "or a path to a YAML file; layered over configs/default.yaml "
+             "(default: %(default)s)")
+    parser.add_argument("--logdir", required=True, help="the run directory")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, the value parsed as YAML (repeatable), "
+             "e.g. --set num_agents=16 --set policy_lr=3e-4")
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="show a progress bar (default: only when the output is a terminal)")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        config = configs.load(args.config, args.set)
+        _check(config)
+        if os.path.exists(os.path.join(args.logdir, "config.yaml")):
+            prepare_logdir(args.logdir, config)  # Fails early on a mismatched resume.
+    except configs.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"Training {config.env} with config {args.config!r} into {args.logdir} "
+          f"({config.num_agents} agents, {config.steps:,} steps).", flush=True)
+    try:
+        loop, results = train(config, args.logdir, progress=args.progress)
+    except KeyboardInterrupt:
+        return 130
+    evals = [result for result in results if result.name == "eval"]
+    trains = [result for result in results if result.name == "train"]
+    if trains:
+        steps = sum(result.steps for result in trains)
+        seconds = sum(result.seconds for result in trains)
+        print(f"Trained {steps:,} steps at {steps / max(seconds, 1e-9):,.0f} steps/s "
+              f"(including updates).")
+    if evals:
+        print(f"Final eval mean_score {evals[-1].mean_score:.1f} at step "
+              f"{evals[-1].global_step:,}.")
+    counts = loop.tracing_counts()
+    print(f"tf.function traces: train {counts['train']}, eval {counts['eval']} "
+          f"(one call per step). TensorBoard: tensorboard --logdir={args.logdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""A batch of Python environments exposed to TensorFlow as graph operations."""
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+
+class InGraphBatchEnv:
+    """Steps and resets a `BatchEnv` from inside a `tf.function`.
+
+    The current batch lives in non-trainable variables, all with a leading batch dimension
+    `B = len(batch_env)`:
+
+    - `observ`: float32 `[B, *observation_shape]`, the latest observation of each agent
+      (after an episode ended, its final observation until the agent is reset);
+    - `action`: the latest action, float32 `[B, *action_shape]` for a `Box` action space,
+      int32 `[B]` for `Discrete`;
+    - `reward`: float32 `[B]`, the reward of the latest step;
+    - `done`: bool `[B]`, the latest step ended the episode (terminated or truncated).
+      It starts as all True, so the first `simulate` call begins an episode for every agent;
+    - `terminated`: bool `[B]`, the latest step ended the episode in a terminal state (the
+      value of the next state is zero); `done & ~terminated` means truncated (time limit).
+
+    The Python environments are called through `tf.numpy_function`. `len()`, `[i]` and other
+    attributes reach the wrapped `BatchEnv`.
+
+    Args:
+      batch_env: a `BatchEnv` (or anything with its interface).
+
+    Raises:
+      ValueError: for an observation space that is not a `Box` or an action space that is
+        neither a `Box` nor a `Discrete`.
+    """
+
+    def __init__(self, batch_env):
+        self._batch_env = batch_env
+        observation_space = batch_env.observation_space
+        action_space = batch_env.action_space
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ValueError(f"unsupported observation space {observation_space}: need a Box")
+        if isinstance(action_space, gym.spaces.Box):
+            action_shape, action_dtype = action_space.shape, tf.float32
+        elif isinstance(action_space, gym.spaces.Discrete):
+            action_shape, action_dtype = (), tf.int32
+        else:
+            raise ValueError(
+                f"unsupported action space {action_space}: need a Box or a Discrete")
+        batch = len(batch_env)
+        self._observ_shape = tuple(observation_space.shape)
+        self._action_shape = tuple(action_shape)
+        with tf.name_scope("environment"):
+            self._observ = tf.Variable(
+                tf.zeros((batch,) + self._observ_shape, tf.float32), trainable=False,
+                name="observ")
+            self._action = tf.Variable(
+                tf.zeros((batch,) + self._action_shape, action_dtype), trainable=False,
+                name="action")
+            self._reward = tf.Variable(tf.zeros([batch], tf.float32), trainable=False,
+                                       name="reward")
+            self._done = tf.Variable(tf.ones([batch], tf.bool), trainable=False, name="done")
+            self._terminated = tf.Variable(tf.zeros([batch], tf.bool), trainable=False,
+                                           name="terminated")
+
+    def __len__(self):
+        return len(self._batch_env)
+
+    def __getitem__(self, index):
+        return self._batch_env[index]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._batch_env, name)
+
+    @property
+    def observ(self):
+        return self._observ
+
+    @property
+    def action(self):
+        return self._action
+
+    @property
+    def reward(self):
+        return self._reward
+
+    @property
+    def done(self):
+        return self._done
+
+    @property
+    def terminated(self):
+        return self._terminated
+
+    def simulate(self, action):
+        """Steps every environment once and stores the results in the variables.
+
+        Args:
+          action: tensor `[B, *action_shape]` (float32 for Box, int32 for Discrete actions).
+
+        Returns:
+          bool tensor `[B]`, the new `done`, available once all variables are assigned.
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): for an action of the wrong shape, and
+            for whatever the environments raise (e.g. a NaN observation, a crashed worker).
+        """
+        action = tf.convert_to_tensor(action, self._action.dtype)
+        action = tf.ensure_shape(action, self._action.shape)
+        observ, reward, terminated, truncated = tf.numpy_function(
+            self._step, [action], [tf.float32, tf.float32, tf.bool, tf.bool], name="step")
+        batch = len(self)
+        observ = tf.ensure_shape(observ, (batch,) + self._observ_shape)
+        reward = tf.ensure_shape(reward, [batch])
+        terminated = tf.ensure_shape(terminated, [batch])
+        done = tf.logical_or(terminated, tf.ensure_shape(truncated, [batch]))
+        assigns = [
+            self._observ.assign(observ),
+            self._action.assign(action),
+            self._reward.assign(reward),
+            self._done.assign(done),
+            self._terminated.assign(terminated),
+        ]
+        with tf.control_dependencies(assigns):
+            return tf.identity(done)
+
+    def reset(self, indices=None):
+        """Resets the environments at the given batch indices.
+
+        Their `reward` becomes 0 and their `done` and `terminated` flags False.
+
+        Args:
+          indices: int32 tensor `[n]` of batch indices, or None for all.
+
+        Returns:
+          float32 tensor `[n, *observation_shape]`, the new observations, available once the
+          variables are assigned.
+        """
+        if indices is None:
+            indices = tf.range(len(self))
+        indices = tf.cast(indices, tf.int32)
+        observ = tf.numpy_function(self._reset, [indices], tf.float32, name="reset")
+        observ = tf.ensure_shape(observ, (None,) + self._observ_shape)
+        count = tf.shape(indices)[0]
+        assigns = [
+            self._observ.scatter_nd_update(indices[:, None], observ),
+            self._reward.scatter_nd_update(indices[:, None], tf.zeros([count], tf.float32)),
+            self._done.scatter_nd_update(indices[:, None], tf.zeros([count], tf.bool)),
+            self._terminated.scatter_nd_update(indices[:, None], tf.zeros([count], tf.bool)),
+        ]
+        with tf.control_dependencies(assigns):
+            return tf.identity(observ)
+
+    def _step(self, action):
+        observ, reward, terminated, truncated, _ = self._batch_env.step(action)
+        return (np.asarray(observ, np.float32), np.asarray(reward, np.float32),
+                np.asarray(terminated, bool), np.asarray(truncated, bool))
+
+    def _reset(self, indices):
+        observ, _ = self._batch_env.reset(indices.tolist())
+        return np.asarray(observ, np.float32)

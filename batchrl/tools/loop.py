@@ -1,0 +1,233 @@
+"""The training loop: alternating train and eval phases, summaries, checkpoints, progress."""
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+import tqdm
+
+from batchrl.tools import simulate as simulate_lib
+
+
+@dataclasses.dataclass
+class PhaseResult:
+    """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
+    undiscounted returns (`scores`) and lengths of the episodes that ended in it."""
+
+    name: str
+    global_step: int
+    steps: int
+    seconds: float
+    scores: list
+    lengths: list
+
+    @property
+    def mean_score(self):
+        return float(np.mean(self.scores)) if self.scores else float("nan")
+
+    @property
+    def steps_per_second(self):
+        return self.steps / max(self.seconds, 1e-9)
+
+
+class Loop:
+    """Runs training as alternating phases until `steps` training steps are done.
+
+    - `train`: `is_training` and `should_log` are true (sampled actions, learning on) for
+      `eval_every` environment steps (`steps` counts every agent's step); the global `step`
+      variable counts these steps. `mean_score` / `mean_length` are written every
+      `log_every` steps and at the end of the phase to `LOGDIR/train`. Then a checkpoint.
+    - `eval`: `is_training` and `should_log` are false (mean actions, no learning) until
+      `eval_episodes` episodes ended; their `mean_score` / `mean_length` go to `LOGDIR/eval`
+      at the current global step. Eval steps are not counted in the global step.
+
+    Each phase starts new episodes for all agents. Each call of a phase's step function is
+    one call of one `tf.function`, traced once; `tracing_counts()` reports it.
+
+    Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
+    are written after every train phase; `run()` resumes from the latest one.
+
+    Args:
+      logdir: run directory (created if missing).
+      batch_env: `InGraphBatchEnv`.
+      algo: the algorithm, already constructed with `step`, `is_training`, `should_log`.
+      step: int64 variable, the number of training environment steps done.
+      is_training, should_log: bool variables shared with the algorithm.
+      checkpoint: `tf.train.Checkpoint` holding `step` and the algorithm's state.
+      steps: training environment steps to reach.
+      eval_every: training environment steps per train phase.
+      eval_episodes: episodes per eval phase (0 for no evaluation).
+      log_every: environment steps between train summaries.
+      keep_checkpoints: number of checkpoints kept.
+      progress: show a progress bar (None: only when the output is a terminal).
+
+    Raises:
+      ValueError: for non-positive `steps`, `eval_every` or `log_every`.
+    """
+
+    def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
+                 steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
+                 progress=None):
+        for name, value in (("steps", steps), ("eval_every", eval_every),
+                            ("log_every", log_every)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        self._logdir = os.fspath(logdir)
+        self._batch_env = batch_env
+        self._step = step
+        self._is_training = is_training
+        self._should_log = should_log
+        self._steps = int(steps)
+        self._eval_every = int(eval_every)
+        self._eval_episodes = int(eval_episodes)
+        self._log_every = int(log_every)
+        self._progress = progress
+        self._checkpoint = checkpoint
+        self._manager = tf.train.CheckpointManager(
+            checkpoint, self._logdir, max_to_keep=keep_checkpoints)
+        self._writers = {
+            name: tf.summary.create_file_writer(os.path.join(self._logdir, name))
+            for name in ("train", "eval")}
+        simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
+        self._functions = {
+            "train": self._step_function(batch_env, algo, self._writers["train"], True),
+            "eval": self._step_function(batch_env, algo, self._writers["eval"], False),
+        }
+
+    def _step_function(self, batch_env, algo, writer, count_steps):
+        step = self._step
+        batch = len(batch_env)
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
+        def step_function(log, reset):
+            with writer.as_default(step=step):
+                done, score = simulate_lib.simulate(batch_env, algo, log, reset)
+            if count_steps:
+                with tf.control_dependencies([done, score]):
+                    step.assign_add(batch)
+            return done, score
+
+        return step_function
+
+    @property
+    def manager(self):
+        return self._manager
+
+    def tracing_counts(self):
+        """How often each phase's step function was traced: `{"train": n, "eval": n}`."""
+        return {name: fn.experimental_get_tracing_count()
+                for name, fn in self._functions.items()}
+
+    def restore(self):
+        """Restores the latest checkpoint if there is one; returns its path or None."""
+        path = self._manager.latest_checkpoint
+        if path:
+            self._checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self):
+        """Writes a checkpoint at the current global step; returns its path."""
+        path = self._manager.save(checkpoint_number=int(self._step.numpy()))
+        for writer in self._writers.values():
+            writer.flush()
+        return path
+
+    def run(self, on_phase=None):
+        """Trains until `steps`, resuming from the latest checkpoint.
+
+        Args:
+          on_phase: optional callable receiving each `PhaseResult` as it ends.
+
+        Returns:
+          list of `PhaseResult`s of this call.
+        """
+        self.restore()
+        results = []
+        start = int(self._step.numpy())
+        bar = tqdm.tqdm(total=self._steps, initial=min(start, self._steps), unit="step",
+                        unit_scale=True, dynamic_ncols=True, mininterval=1.0,
+                        disable=None if self._progress is None else not self._progress)
+        try:
+            while int(self._step.numpy()) < self._steps:
+                train = self._train_phase(bar)
+                self.save()
+                phases = [train]
+                if self._eval_episodes > 0:
+                    phases.append(self._eval_phase())
+                for result in phases:
+                    results.append(result)
+                    if on_phase:
+                        on_phase(result)
+                bar.set_postfix_str(self._postfix(phases), refresh=False)
+                bar.write(self._report(phases))
+        finally:
+            bar.close()
+            for writer in self._writers.values():
+                writer.flush()
+        return results
+
+    def _train_phase(self, bar):
+        self._is_training.assign(True)
+        self._should_log.assign(True)
+        function = self._functions["train"]
+        batch = len(self._batch_env)
+        step = int(self._step.numpy())
+        end = min(self._steps, (step // self._eval_every + 1) * self._eval_every)
+        next_log = (step // self._log_every + 1) * self._log_every
+        scores, lengths, running = [], [], np.zeros(batch, np.int64)
+        start_step, start_time = step, time.time()
+        reset = True
+        while step < end:
+            last = step + batch >= end
+            log = last or step + batch >= next_log
+            if log and not last:
+                next_log += self._log_every
+            done, score = function(tf.constant(log), tf.constant(reset))
+            reset = False
+            step += batch
+            self._collect(done.numpy(), score.numpy(), running, scores, lengths)
+            bar.update(batch)
+        return PhaseResult("train", step, step - start_step, time.time() - start_time,
+                           scores, lengths)
+
+    def _eval_phase(self):
+        self._is_training.assign(False)
+        self._should_log.assign(False)
+        function = self._functions["eval"]
+        batch = len(self._batch_env)
+        scores, lengths, running = [], [], np.zeros(batch, np.int64)
+        steps, start_time = 0, time.time()
+        reset = True
+        while len(scores) < self._eval_episodes:
+            done, score = function(tf.constant(False), tf.constant(reset))
+            reset = False
+            steps += batch
+            self._collect(done.numpy(), score.numpy(), running, scores, lengths)
+        # One more step writes the summaries of the episodes that ended.
+        function(tf.constant(True), tf.constant(False))
+        self._writers["eval"].flush()
+        return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
+                           scores, lengths)
+
+    @staticmethod
+    def _collect(done, score, running, scores, lengths):
+        """Adds the episodes that ended at this step to `scores` and `lengths`."""
+        running += 1
+        scores.extend(score[done].tolist())
+        lengths.extend(running[done].tolist())
+        running[done] = 0
+
+    @staticmethod
+    def _postfix(phases):
+        return "  ".join(f"{p.name} {p.mean_score:.1f}" for p in phases)
+
+    @staticmethod
+    def _report(phases):
+        parts = [f"step {phases[0].global_step:>10,}"]
+        for phase in phases:
+            parts.append(
+                f"{phase.name} score {phase.mean_score:9.1f} ({len(phase.scores)} episodes, "
+                f"{phase.steps_per_second:,.0f} steps/s)")
+        return "  ".join(parts)

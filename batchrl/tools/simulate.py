@@ -1,0 +1,150 @@
+"""One step of every agent of a batch, fused with the algorithm into one graph operation."""
+
+import weakref
+
+import tensorflow as tf
+
+from batchrl.tools.streaming import StreamingMean
+
+# Running score and length of each agent's current episode, and the statistics of the
+# episodes that ended since the last summary, per in-graph batch environment.
+_EPISODE_STATE = weakref.WeakKeyDictionary()
+
+
+class _EpisodeState(tf.Module):
+
+    def __init__(self, batch):
+        super().__init__(name="simulate")
+        with self.name_scope:
+            self.score = tf.Variable(tf.zeros([batch], tf.float32), trainable=False,
+                                     name="score")
+            self.length = tf.Variable(tf.zeros([batch], tf.int32), trainable=False,
+                                      name="length")
+        self.mean_score = StreamingMean((), tf.float32, name="mean_score")
+        self.mean_length = StreamingMean((), tf.float32, name="mean_length")
+
+
+def episode_state(batch_env):
+    """The variables `simulate` keeps for `batch_env`, created on the first use.
+
+    Holds `score` (float32 `[batch]`) and `length` (int32 `[batch]`) of each agent's
+    current episode and the `StreamingMean`s `mean_score` and `mean_length` of the episodes
+    that ended since the last summary. Calling this once before the first trace of a
+    `tf.function` that calls `simulate` avoids the extra trace TensorFlow makes when a
+    function creates variables.
+    """
+    if batch_env not in _EPISODE_STATE:
+        with tf.init_scope():  # Create the variables once, outside of any trace.
+            _EPISODE_STATE[batch_env] = _EpisodeState(len(batch_env))
+    return _EPISODE_STATE[batch_env]
+
+
+def _dependencies(result):
+    """The tensors and operations in what an algorithm method returned (may be None)."""
+    return [x for x in tf.nest.flatten(result) if x is not None]
+
+
+def _after(dependencies, value):
+    with tf.control_dependencies(dependencies):
+        return tf.identity(value)
+
+
+def simulate(batch_env, algo, log, reset):
+    """Steps every agent of the batch once; must be called inside a `tf.function`.
+
+    One call:
+
+    1. begins new episodes for the agents whose `done` flag is set (all agents on the very
+       first call, because `batch_env.done` starts True, and all agents when `reset` is
+       true): resets their environments, zeroes their score and length and calls
+       `algo.begin_episodes(indices)`;
+    2. computes `action = algo.perform(all_indices, observ)` and steps all environments;
+    3. adds the reward to the scores and calls
+       `algo.experience(all_indices, observ, action, reward, done, nextob)`, where `nextob`
+       is the observation after the step (the final one when the episode ended);
+    4. calls `algo.end_episodes(indices)` for the agents whose episode ended at this step
+       and records their score and length;
+    5. when `log` is true and episodes were recorded since the last summary, writes their
+       means as the scalars `mean_score` and `mean_length` to the default summary writer
+       and starts a new average.
+
+    Every environment call depends explicitly on the calls that must precede it: the step
+    on the reset, the algorithm's `experience` on the step, and so on.
+
+    Args:
+      batch_env: an `InGraphBatchEnv`.
+      algo: an algorithm with `begin_episodes`, `perform`, `experience`, `end_episodes`;
+        each may return tensors or operations that the next phase then waits for.
+      log: bool scalar tensor, write the `mean_score` / `mean_length` summaries.
+      reset: bool scalar tensor, begin new episodes for all agents.
+
+    Returns:
+      `(done, score)`: bool `[batch]`, the episode ended at this step; float32 `[batch]`,
+      the undiscounted return of each agent's current episode so far.
+    """
+    state = episode_state(batch_env)
+    log = tf.convert_to_tensor(log, tf.bool)
+    reset = tf.convert_to_tensor(reset, tf.bool)
+    all_indices = tf.range(len(batch_env))
+
+    begin_indices = tf.cond(
+        reset,
+        lambda: all_indices,
+        lambda: tf.cast(tf.where(batch_env.done)[:, 0], tf.int32))
+
+    def begin_episodes():
+        observ = batch_env.reset(begin_indices)
+        with tf.control_dependencies([observ]):
+            zeros = tf.zeros_like(begin_indices)
+            clear_score = state.score.scatter_nd_update(
+                begin_indices[:, None], tf.cast(zeros, tf.float32))
+            clear_length = state.length.scatter_nd_update(begin_indices[:, None], zeros)
+            began = algo.begin_episodes(begin_indices)
+        return _after([clear_score, clear_length] + _dependencies(began), True)
+
+    began = tf.cond(tf.size(begin_indices) > 0, begin_episodes, lambda: tf.constant(False))
+
+    with tf.control_dependencies([began]):
+        observ = tf.identity(batch_env.observ)
+        action = algo.perform(all_indices, observ)
+        done = batch_env.simulate(action)
+
+    with tf.control_dependencies([done]):
+        reward = tf.identity(batch_env.reward)
+        nextob = tf.identity(batch_env.observ)
+        add_score = state.score.assign_add(reward)
+        add_length = state.length.assign_add(tf.ones_like(all_indices))
+        experienced = algo.experience(all_indices, observ, action, reward, done, nextob)
+
+    end_indices = _after(
+        [add_score, add_length] + _dependencies(experienced),
+        tf.cast(tf.where(done)[:, 0], tf.int32))
+
+    def end_episodes():
+        recorded = [
+            state.mean_score.submit(tf.gather(state.score, end_indices)),
+            state.mean_length.submit(
+                tf.cast(tf.gather(state.length, end_indices), tf.float32)),
+        ]
+        ended = algo.end_episodes(end_indices)
+        return _after(recorded + _dependencies(ended), True)
+
+    ended = tf.cond(tf.size(end_indices) > 0, end_episodes, lambda: tf.constant(False))
+
+    def write_summaries():
+        with tf.name_scope("/"):  # Plain tags, whatever scope this runs in.
+            return _write_summaries()
+
+    def _write_summaries():
+        score_written = tf.summary.scalar("mean_score", state.mean_score.clear())
+        length_written = tf.summary.scalar("mean_length", state.mean_length.clear())
+        return tf.logical_and(score_written, length_written)
+
+    with tf.control_dependencies([ended]):
+        logged = tf.cond(
+            tf.logical_and(log, state.mean_score.count > 0),
+            write_summaries,
+            lambda: tf.constant(False))
+
+    with tf.control_dependencies([logged]):
+        return tf.identity(done), tf.identity(state.score)

@@ -1,0 +1,81 @@
+"""Loop phases, summaries, checkpoints and resume, with BatchPPO on MockEnvironment."""
+
+import numpy as np
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from batchrl.algorithms.ppo import PPO
+from batchrl.scripts import configs
+from batchrl.scripts.networks import feed_forward_gaussian
+from batchrl.tools.batch_env import BatchEnv
+from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+from batchrl.tools.loop import Loop
+from batchrl.tools.mock_environment import MockEnvironment
+
+
+def _loop(logdir, steps, seed=0):
+    envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(4)]
+    for index, env in enumerate(envs):
+        env.reset(seed=seed + index)
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    config = configs.load("default", {"policy_layers": [8], "value_layers": [8],
+                                      "update_every": 4, "update_epochs": 2, "seed": seed})
+    config.update(network=feed_forward_gaussian, max_length=6)
+    step = tf.Variable(0, dtype=tf.int64)
+    is_training = tf.Variable(True)
+    should_log = tf.Variable(True)
+    algo = PPO(batch_env, step, is_training, should_log, config)
+    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
+    loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
+                steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False)
+    return loop, algo, step
+
+
+def _scalars(directory, tag):
+    accumulator = event_accumulator.EventAccumulator(
+        str(directory), size_guidance={event_accumulator.TENSORS: 0})
+    accumulator.Reload()
+    if tag not in accumulator.Tags()["tensors"]:
+        return []
+    return [(event.step, float(tf.make_ndarray(event.tensor_proto)))
+            for event in accumulator.Tensors(tag)]
+
+
+def test_phases_summaries_and_checkpoints(tmp_path):
+    loop, _, step = _loop(tmp_path, steps=80)
+    results = loop.run()
+    assert int(step.numpy()) == 80
+    assert [r.name for r in results] == ["train", "eval", "train", "eval"]
+    assert [r.global_step for r in results] == [40, 40, 80, 80]
+    assert all(r.steps == 40 for r in results if r.name == "train")
+    assert all(len(r.scores) >= 4 for r in results if r.name == "eval")
+    assert loop.tracing_counts() == {"train": 1, "eval": 1}
+    train_scores = _scalars(tmp_path / "train", "mean_score")
+    eval_scores = _scalars(tmp_path / "eval", "mean_score")
+    assert [s for s, _ in eval_scores] == [40, 80]
+    assert len(train_scores) >= 4  # Every 20 steps.
+    assert _scalars(tmp_path / "eval", "mean_length")
+    assert _scalars(tmp_path / "train", "ppo/kl"), "PPO update summaries in train/"
+    # The eval summary averages the episodes the phase counted (and at most a few more).
+    assert np.isfinite([v for _, v in eval_scores]).all()
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == [
+        "ckpt-40.index", "ckpt-80.index"]
+
+
+def test_resume_restores_and_continues(tmp_path):
+    loop, algo, step = _loop(tmp_path, steps=40)
+    loop.run()
+    weights = [v.numpy() for v in algo.networks.policy.trainable_variables]
+    count = int(algo.checkpoint_state["observ_filter"].count)
+    penalty = float(algo.checkpoint_state["kl_penalty"].numpy())
+
+    loop, algo, step = _loop(tmp_path, steps=80, seed=5)
+    assert loop.restore() is not None
+    assert int(step.numpy()) == 40
+    for saved, restored in zip(weights, algo.networks.policy.trainable_variables, strict=True):
+        np.testing.assert_array_equal(saved, restored.numpy())
+    assert int(algo.checkpoint_state["observ_filter"].count) == count
+    assert float(algo.checkpoint_state["kl_penalty"].numpy()) == penalty
+    results = loop.run()
+    assert [r.global_step for r in results] == [80, 80]
+    assert [s for s, _ in _scalars(tmp_path / "eval", "mean_score")] == [40, 80]

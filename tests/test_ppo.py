@@ -1,0 +1,95 @@
+"""BatchPPO inside `simulate`, on MockEnvironment batches."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.algorithms.ppo import PPO
+from batchrl.scripts import configs
+from batchrl.scripts.networks import feed_forward_gaussian
+from batchrl.tools.batch_env import BatchEnv
+from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.tools.simulate import simulate
+
+
+def _config(**overrides):
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
+                                      "update_every": 4, "update_epochs": 3})
+    config.update(network=feed_forward_gaussian, max_length=12)
+    config.update(overrides)
+    return config
+
+
+def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrides):
+    envs = [MockEnvironment(observ_shape, action_shape, low, high, truncate=truncate)
+            for low, high in durations]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    step = tf.Variable(0, dtype=tf.int64)
+    is_training = tf.Variable(True)
+    should_log = tf.Variable(False)
+    algo = PPO(batch_env, step, is_training, should_log, _config(**overrides))
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    return batch_env, algo, is_training, run
+
+
+@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (2, 3, 4)])
+def test_trains_without_crash_on_observation_shapes(observ_shape):
+    batch_env, algo, _, run = _setup(observ_shape, [(1, 12), (3, 5), (2, 9)])
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    penalty = float(algo.checkpoint_state["kl_penalty"].numpy())
+    episodes = 0
+    for _ in range(60):
+        done, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+        episodes += int(done.numpy().sum())
+    assert episodes >= 8, "at least two updates of 4 episodes"
+    after = algo.networks.policy.trainable_variables
+    changed = [not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True)]
+    assert any(changed), "the policy trained"
+    assert float(algo.checkpoint_state["kl_penalty"].numpy()) != penalty, "penalty adapted"
+    assert int(algo.checkpoint_state["observ_filter"].count) == 60 * 3
+    assert run.experimental_get_tracing_count() <= 2
+
+
+def test_eval_mode_acts_with_the_mean_and_records_nothing():
+    batch_env, algo, is_training, run = _setup((3,), [(4, 4), (4, 4)])
+    is_training.assign(False)
+    observ_filter = algo.checkpoint_state["observ_filter"]
+    run(False, True)
+    for _ in range(2):
+        observ = batch_env.observ.numpy()  # What the next step acts on.
+        run(False, False)
+        normalized = observ_filter.transform(observ)
+        mean = algo.networks.policy(normalized[:, None])["mean"][:, 0].numpy()
+        np.testing.assert_allclose(batch_env.action.numpy(), mean, rtol=1e-5, atol=1e-6)
+    assert int(observ_filter.count) == 0
+    assert int(algo._episodes.length.numpy().sum()) == 0
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_records_whether_episodes_terminated_or_were_truncated(truncate):
+    _, algo, _, run = _setup((2,), [(3, 3), (5, 5)], truncate=truncate, update_every=50)
+    for _ in range(5):
+        run(False, False)
+    memory_terminated = algo._memory_terminated.numpy()
+    episodes = int(algo._memory_index.numpy())
+    assert episodes == 2  # Agent 0 finished at step 3, agent 1 at step 5.
+    assert (memory_terminated[:episodes] == (not truncate)).all()
+    np.testing.assert_array_equal(algo._memory.length.numpy()[:episodes], [3, 5])
+
+
+def test_episodes_that_do_not_fit_the_memory_are_dropped():
+    _, algo, _, run = _setup((2,), [(2, 2)] * 3, update_every=4)
+    run(False, False)
+    run(False, False)  # Three episodes end: memory holds 3 of 4.
+    assert int(algo._memory_index.numpy()) == 3
+    run(False, False)
+    run(False, False)  # Three more: one fits, the update runs, the memory empties.
+    assert int(algo._memory_index.numpy()) == 0

@@ -1,0 +1,152 @@
+"""GAE, losses, KL penalty adaptation, distributions and episode memory against NumPy."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.algorithms.distributions import DiagonalGaussian
+from batchrl.algorithms.ppo import advantage, losses
+from batchrl.algorithms.ppo.memory import EpisodeMemory
+
+
+def _numpy_gae(reward, value, bootstrap, length, discount, lam):
+    advantages = np.zeros_like(reward)
+    for episode in range(len(reward)):
+        running = 0.0
+        for t in reversed(range(length[episode])):
+            following = bootstrap[episode] if t == length[episode] - 1 else value[episode, t + 1]
+            delta = reward[episode, t] + discount * following - value[episode, t]
+            running = delta + discount * lam * running
+            advantages[episode, t] = running
+    mask = np.arange(reward.shape[1])[None] < length[:, None]
+    return advantages, (advantages + value) * mask
+
+
+@pytest.mark.parametrize("discount, lam", [(0.99, 0.95), (0.9, 1.0), (0.5, 0.0)])
+def test_generalized_advantage_matches_numpy(discount, lam):
+    rng = np.random.default_rng(0)
+    reward = rng.normal(size=(4, 7)).astype(np.float32)
+    value = rng.normal(size=(4, 7)).astype(np.float32)
+    bootstrap = rng.normal(size=4).astype(np.float32)
+    length = np.array([7, 3, 1, 5], np.int32)
+    got_advantage, got_target = advantage.generalized_advantage(
+        reward, value, bootstrap, length, discount, lam)
+    want_advantage, want_target = _numpy_gae(reward, value, bootstrap, length, discount, lam)
+    np.testing.assert_allclose(got_advantage.numpy(), want_advantage, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_target.numpy(), want_target, rtol=1e-5, atol=1e-5)
+
+
+def test_truncated_episode_bootstraps_and_terminated_does_not():
+    # One step of reward 1 in a state of value 0: the advantage is 1 + discount * bootstrap.
+    reward = np.ones((2, 3), np.float32)
+    value = np.zeros((2, 3), np.float32)
+    length = np.array([1, 1], np.int32)
+    final_value = np.array([10.0, 10.0], np.float32)
+    not_terminal = np.array([1.0, 0.0], np.float32)  # Truncated, terminated.
+    got, _ = advantage.generalized_advantage(
+        reward, value, final_value * not_terminal, length, 0.9, 0.95)
+    np.testing.assert_allclose(got.numpy()[:, 0], [1.0 + 0.9 * 10.0, 1.0])
+    np.testing.assert_array_equal(got.numpy()[:, 1:], 0.0)
+
+
+def test_masked_mean_ignores_padding():
+    values = np.array([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]], np.float32)
+    mask = advantage.sequence_mask(np.array([2, 1]), 3)
+    assert float(advantage.masked_mean(values, mask)) == pytest.approx(2.0)
+    np.testing.assert_allclose(advantage.masked_mean(values, mask, axis=1).numpy(), [1.5, 3.0])
+
+
+@pytest.mark.parametrize("kl, expected", [
+    (0.02, 1.5),       # Above 1.3 * target: increase.
+    (0.0131, 1.5),
+    (0.0129, 1.0),     # Within [0.7, 1.3] * target: unchanged.
+    (0.0071, 1.0),
+    (0.0069, 1 / 1.5),  # Below 0.7 * target: decrease.
+    (0.0, 1 / 1.5),
+])
+def test_kl_penalty_adaptation(kl, expected):
+    assert float(losses.adapted_penalty(1.0, kl, 0.01)) == pytest.approx(expected)
+
+
+def test_kl_penalty_stays_within_bounds():
+    assert float(losses.adapted_penalty(1e-6, 0.0, 0.01)) == pytest.approx(1e-6)
+    assert float(losses.adapted_penalty(1e6, 1.0, 0.01)) == pytest.approx(1e6)
+
+
+def test_policy_loss_terms():
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    log_prob = np.log(np.array([[2.0, 1.0, 9.0], [0.5, 9.0, 9.0]], np.float32))
+    old_log_prob = np.zeros((2, 3), np.float32)
+    adv = np.array([[1.0, -1.0, 5.0], [2.0, 5.0, 5.0]], np.float32)
+    kl = np.array([[0.01, 0.03, 9.0], [0.05, 9.0, 9.0]], np.float32)
+    result = losses.policy_loss(log_prob, old_log_prob, adv, kl, mask, penalty=2.0,
+                                kl_target=0.01, kl_cutoff_factor=2.0, kl_cutoff_coef=1000.0)
+    surrogate = -(2.0 * 1.0 + 1.0 * -1.0 + 0.5 * 2.0) / 3
+    mean_kl = (0.01 + 0.03 + 0.05) / 3
+    episode_kl = np.array([0.02, 0.05])  # The cut-off is 0.02: only episode 2 exceeds it.
+    cutoff = 1000.0 * np.mean(np.maximum(episode_kl - 0.02, 0.0) ** 2)
+    assert float(result["surrogate"]) == pytest.approx(surrogate, rel=1e-5)
+    assert float(result["kl"]) == pytest.approx(mean_kl, rel=1e-5)
+    assert float(result["kl_penalty"]) == pytest.approx(2.0 * mean_kl, rel=1e-5)
+    assert float(result["cutoff_penalty"]) == pytest.approx(cutoff, rel=1e-4)
+    assert float(result["cutoff_count"]) == 1.0
+    assert float(result["loss"]) == pytest.approx(surrogate + 2.0 * mean_kl + cutoff, rel=1e-5)
+
+
+def test_value_loss():
+    mask = np.array([[1, 0]], np.float32)
+    got = losses.value_loss(np.array([[1.0, 5.0]], np.float32),
+                            np.array([[3.0, 0.0]], np.float32), mask)
+    assert float(got) == pytest.approx(0.5 * 4.0)
+
+
+def test_diagonal_gaussian_against_numpy():
+    rng = np.random.default_rng(2)
+    mean, other_mean = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    logstd, other_logstd = (rng.normal(size=(2, 5, 3)) * 0.3).astype(np.float32)
+    action = rng.normal(size=(5, 3)).astype(np.float32)
+    p = DiagonalGaussian({"mean": mean, "logstd": logstd})
+    q = DiagonalGaussian({"mean": other_mean, "logstd": other_logstd})
+    std, other_std = np.exp(logstd), np.exp(other_logstd)
+    log_prob = np.sum(-0.5 * ((action - mean) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi),
+                      -1)
+    entropy = np.sum(logstd + 0.5 * math.log(2 * math.pi * math.e), -1)
+    kl = np.sum(np.log(other_std / std) + (std ** 2 + (mean - other_mean) ** 2)
+                / (2 * other_std ** 2) - 0.5, -1)
+    np.testing.assert_allclose(p.log_prob(action).numpy(), log_prob, rtol=1e-5)
+    np.testing.assert_allclose(p.entropy().numpy(), entropy, rtol=1e-5)
+    np.testing.assert_allclose(p.kl(q).numpy(), kl, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(p.kl(p).numpy(), 0.0, atol=1e-6)
+    samples = DiagonalGaussian({"mean": np.full((20000, 1), 2.0, np.float32),
+                                "logstd": np.full((20000, 1), math.log(0.5), np.float32)})
+    drawn = samples.sample(tf.random.Generator.from_seed(0)).numpy()
+    assert drawn.mean() == pytest.approx(2.0, abs=0.02)
+    assert drawn.std() == pytest.approx(0.5, abs=0.02)
+
+
+def test_episode_memory_append_replace_clear():
+    memory = EpisodeMemory({"x": ((2,), tf.float32), "a": ((), tf.int32)}, capacity=3,
+                           max_length=4)
+    memory.append({"x": np.ones((2, 2), np.float32), "a": np.array([7, 8], np.int32)}, [0, 2])
+    memory.append({"x": np.full((1, 2), 2.0, np.float32), "a": np.array([9], np.int32)}, [0])
+    episodes, length = memory.data()
+    np.testing.assert_array_equal(length.numpy(), [2, 0, 1])
+    np.testing.assert_array_equal(episodes["a"].numpy()[0, :2], [7, 9])
+    np.testing.assert_array_equal(episodes["x"].numpy()[0, 1], [2.0, 2.0])
+    rows, row_length = memory.data([0])
+    memory.replace(rows, row_length, [1])
+    np.testing.assert_array_equal(memory.length.numpy(), [2, 2, 1])
+    np.testing.assert_array_equal(memory.data([1])[0]["a"].numpy()[0, :2], [7, 9])
+    memory.clear([0])
+    np.testing.assert_array_equal(memory.length.numpy(), [0, 2, 1])
+    memory.clear()
+    np.testing.assert_array_equal(memory.length.numpy(), [0, 0, 0])
+
+
+def test_episode_memory_rejects_episodes_longer_than_max_length():
+    memory = EpisodeMemory({"a": ((), tf.int32)}, capacity=1, max_length=1)
+    memory.append({"a": np.array([1], np.int32)}, [0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_length"):
+        memory.append({"a": np.array([2], np.int32)}, [0])

@@ -1,0 +1,157 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.tools.batch_env import BatchEnv
+from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+from batchrl.tools.mock_algorithm import MockAlgorithm
+from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.tools.simulate import simulate
+
+
+class RecordingBatchEnv(BatchEnv):
+    """Appends ('reset', indices) and ('step',) to a shared event list."""
+
+    def __init__(self, envs, events):
+        super().__init__(envs, blocking=True)
+        self.events = events
+
+    def reset(self, indices=None, seed=None):
+        self.events.append(("reset", tuple(indices)))
+        return super().reset(indices, seed)
+
+    def step(self, actions):
+        self.events.append(("step",))
+        return super().step(actions)
+
+
+class RecordingAlgorithm(MockAlgorithm):
+    """Appends each method call, with its agent indices, to the shared event list, and keeps
+    what `experience` received."""
+
+    def __init__(self, batch_env, events):
+        super().__init__(batch_env, seed=0)
+        self.events = events
+        self.transitions = []
+
+    def _record(self, name, indices, *extra):
+        def record(indices, *values):
+            self.events.append((name, tuple(indices.tolist())))
+            if name == "experience":
+                self.transitions.append(values)
+            return np.int32(0)
+        return tf.numpy_function(record, [indices, *extra], tf.int32, name=name)
+
+    def begin_episodes(self, agent_indices):
+        return self._record("begin", agent_indices)
+
+    def perform(self, agent_indices, observ):
+        token = self._record("perform", agent_indices, observ)
+        with tf.control_dependencies([token]):
+            return super().perform(agent_indices, observ)
+
+    def experience(self, agent_indices, observ, action, reward, done, nextob):
+        return self._record("experience", agent_indices, observ, reward, done, nextob)
+
+    def end_episodes(self, agent_indices):
+        return self._record("end", agent_indices)
+
+
+def _setup(durations, observ_shape=(2,)):
+    events = []
+    envs = [MockEnvironment(observ_shape, (1,), d, d) for d in durations]
+    batch_env = InGraphBatchEnv(RecordingBatchEnv(envs, events))
+    algo = RecordingAlgorithm(batch_env, events)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def step(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    return batch_env, algo, step, events
+
+
+def test_done_sequence_for_fixed_durations():
+    _, _, step, _ = _setup([1, 2, 3, 4])
+    dones = [step(False, False)[0].numpy().tolist() for _ in range(4)]
+    assert dones == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, False, True, False],
+        [True, True, False, True],
+    ]
+
+
+def test_calls_are_ordered_within_a_step():
+    _, _, step, events = _setup([1, 2, 3, 4])
+    step(False, False)
+    step(False, False)
+    assert events[:5] == [
+        ("reset", (0, 1, 2, 3)), ("begin", (0, 1, 2, 3)), ("perform", (0, 1, 2, 3)),
+        ("step",), ("experience", (0, 1, 2, 3))]
+    assert events[5] == ("end", (0,))
+    assert events[6:] == [
+        ("reset", (0,)), ("begin", (0,)), ("perform", (0, 1, 2, 3)), ("step",),
+        ("experience", (0, 1, 2, 3)), ("end", (0, 1))]
+
+
+def test_forced_reset_restarts_every_episode():
+    batch_env, _, step, events = _setup([5, 5, 5])
+    step(False, False)
+    done, score = step(False, False)
+    assert not done.numpy().any()
+    events.clear()
+    done, score = step(False, True)
+    assert events[0] == ("reset", (0, 1, 2)) and events[1] == ("begin", (0, 1, 2))
+    for index in range(3):
+        assert batch_env[index].steps == [2, 1]
+    np.testing.assert_allclose(score.numpy(), batch_env.reward.numpy())
+
+
+def test_score_is_the_running_return_and_nextob_the_final_observation():
+    batch_env, algo, step, _ = _setup([3, 2])
+    totals = np.zeros(2, np.float32)
+    for _ in range(6):
+        done, score = step(False, False)
+        observ, reward, done_seen, nextob = algo.transitions[-1]
+        totals += reward
+        np.testing.assert_allclose(score.numpy(), totals, rtol=1e-6)
+        np.testing.assert_array_equal(nextob, batch_env.observ.numpy())
+        np.testing.assert_array_equal(done_seen, done.numpy())
+        totals[done.numpy()] = 0.0
+
+
+def test_mean_score_summaries(tmp_path):
+    batch_env, algo, step, _ = _setup([2, 4])
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    global_step = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def logged_step(log, reset):
+        with writer.as_default(step=global_step):
+            return simulate(batch_env, algo, log, reset)
+
+    scores, lengths = [], []
+    for index in range(8):
+        done, score = logged_step(index == 7, False)
+        scores.extend(score.numpy()[done.numpy()])
+    writer.flush()
+    lengths = [2, 2, 4, 2, 4, 2]  # Agent 0 ends at steps 2, 4, 6, 8; agent 1 at 4, 8.
+    values = {}
+    for path in tmp_path.iterdir():
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                values[value.tag] = tf.make_ndarray(value.tensor)
+    assert len(scores) == 6
+    np.testing.assert_allclose(values["mean_score"], np.mean(scores), rtol=1e-5)
+    np.testing.assert_allclose(values["mean_length"], np.mean(lengths), rtol=1e-6)
+
+
+@pytest.mark.parametrize("observ_shape", [(1,), (2, 3)])
+def test_mock_algorithm_actions_are_valid(observ_shape):
+    batch_env, _, step, _ = _setup([3, 3, 3], observ_shape)
+    for _ in range(5):
+        step(False, False)
+        action = batch_env.action.numpy()
+        assert action.shape == (3, 1)
+        assert (action >= -1).all() and (action <= 1).all()
+    assert step.experimental_get_tracing_count() <= 2

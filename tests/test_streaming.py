@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.tools.streaming import StreamingMean, StreamingNormalize
+
+
+def test_streaming_mean_matches_numpy_and_clears():
+    rng = np.random.default_rng(0)
+    mean = StreamingMean((3,))
+    batches = [rng.normal(size=(n, 3)).astype(np.float32) for n in (5, 0, 7, 1)]
+    for batch in batches:
+        mean.submit(batch)
+    values = np.concatenate(batches)
+    assert int(mean.count) == len(values)
+    np.testing.assert_allclose(mean.value.numpy(), values.mean(0), rtol=1e-5, atol=1e-6)
+    cleared = mean.clear()
+    np.testing.assert_allclose(cleared.numpy(), values.mean(0), rtol=1e-5, atol=1e-6)
+    assert int(mean.count) == 0
+    np.testing.assert_array_equal(mean.value.numpy(), np.zeros(3))
+
+
+@pytest.mark.parametrize("shape", [(), (2,), (2, 3)])
+def test_streaming_normalize_statistics_match_numpy(shape):
+    rng = np.random.default_rng(1)
+    normalize = StreamingNormalize(shape, center=True, scale=True)
+    batches = [rng.normal(3.0, 2.0, size=(n,) + shape) for n in (1, 10, 0, 33, 2)]
+
+    @tf.function
+    def update(values):
+        return normalize.update(values)
+
+    for batch in batches:
+        update(tf.constant(batch, tf.float32))
+    values = np.concatenate(batches).astype(np.float32).astype(np.float64)
+    assert int(normalize.count) == len(values)
+    np.testing.assert_allclose(normalize.mean.numpy(), values.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(normalize.std.numpy(), values.std(0, ddof=1), rtol=1e-5)
+    sample = rng.normal(size=(4,) + shape).astype(np.float32)
+    expected = (sample - values.mean(0)) / (values.std(0, ddof=1) + 1e-8)
+    np.testing.assert_allclose(normalize.transform(sample).numpy(), expected, rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_streaming_normalize_options_and_clip():
+    normalize = StreamingNormalize((), center=False, scale=True, clip=2.0)
+    values = np.array([1.0, 3.0, 5.0, 7.0], np.float32)
+    normalize.update(values)
+    std = values.std(ddof=1)
+    out = normalize.transform(np.array([1.0, 100.0, -100.0], np.float32)).numpy()
+    np.testing.assert_allclose(out, [1.0 / std, 2.0, -2.0], rtol=1e-5)
+    identity = StreamingNormalize((), center=False, scale=False)
+    identity.update(values)
+    np.testing.assert_array_equal(identity.transform(values).numpy(), values)
+
+
+def test_streaming_normalize_is_identity_before_two_values_and_resets():
+    normalize = StreamingNormalize((2,), center=False, scale=True)
+    values = np.array([[4.0, -2.0]], np.float32)
+    np.testing.assert_array_equal(normalize.transform(values).numpy(), values)
+    normalize.update(values)
+    np.testing.assert_allclose(normalize.transform(values).numpy(), values, rtol=1e-6)
+    normalize.update(values * 3)
+    normalize.reset()
+    assert int(normalize.count) == 0
+    np.testing.assert_array_equal(normalize.mean.numpy(), np.zeros(2))
+
+
+def test_streaming_normalize_rejects_non_finite_values():
+    normalize = StreamingNormalize((), center=True, scale=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="non-finite"):
+        normalize.update(np.array([1.0, np.nan], np.float32))
+    with pytest.raises(ValueError, match="clip"):
+        StreamingNormalize((), clip=0.0)

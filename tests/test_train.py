@@ -1,0 +1,66 @@
+"""The training command line on real Pendulum runs, and its one-line errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from batchrl.scripts import configs
+
+SHORT = ["--set", "steps=2000", "--set", "eval_every=1000", "--set", "log_every=500",
+         "--set", "eval_episodes=2", "--set", "num_agents=4", "--set", "update_every=4",
+         "--set", "update_epochs=2"]
+
+
+def _train(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "batchrl.scripts.train", *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("env_processes", ["false", "true"])
+def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_processes):
+    logdir = tmp_path / "run"
+    result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT,
+                    "--set", f"env_processes={env_processes}")
+    assert result.returncode == 0, result.stderr
+    assert "Final eval mean_score" in result.stdout
+    assert "tf.function traces: train 1, eval 1" in result.stdout
+    saved = configs.read_run_config(logdir / "config.yaml")
+    assert saved.steps == 2000 and saved.env == "Pendulum-v1"
+    assert (logdir / "ckpt-2000.index").exists()
+    assert list((logdir / "train").glob("events.out.tfevents.*"))
+    assert list((logdir / "eval").glob("events.out.tfevents.*"))
+    # The same command with more steps resumes from the checkpoint.
+    more = [arg.replace("steps=2000", "steps=3000") for arg in SHORT]
+    result = _train("--config=pendulum", f"--logdir={logdir}", *more,
+                    "--set", f"env_processes={env_processes}")
+    assert result.returncode == 0, result.stderr
+    assert "Resuming" in result.stdout and "step 2,000" in result.stdout
+    assert (logdir / "ckpt-3000.index").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config=pendulm"], "unknown config 'pendulm'"),
+    (["--set", "num_agnts=4"], "unknown config key 'num_agnts'"),
+    (["--set", "discount=2"], "'discount' must be between 0 and 1"),
+    (["--set", "env=Pendulum-v9"], "unknown Gymnasium environment id 'Pendulum-v9'"),
+    (["--set", "network=lstm"], "unknown network 'lstm'"),
+])
+def test_user_mistakes_are_one_line_errors(tmp_path, args, message):
+    result = _train(f"--logdir={tmp_path / 'run'}", *args)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
+    result = _train("--config=pendulum", f"--logdir={logdir}", "--set", "num_agents=3")
+    assert result.returncode == 2
+    assert "num_agents: 10 -> 3" in result.stderr
