@@ -2,10 +2,10 @@
 
 import numpy as np
 import tensorflow as tf
-from tensorboard.backend.event_processing import event_accumulator
 
 from batchrl.algorithms.ppo import PPO
 from batchrl.scripts import configs
+from batchrl.scripts.events import read_scalars
 from batchrl.scripts.networks import feed_forward_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
@@ -32,13 +32,7 @@ def _loop(logdir, steps, seed=0):
 
 
 def _scalars(directory, tag):
-    accumulator = event_accumulator.EventAccumulator(
-        str(directory), size_guidance={event_accumulator.TENSORS: 0})
-    accumulator.Reload()
-    if tag not in accumulator.Tags()["tensors"]:
-        return []
-    return [(event.step, float(tf.make_ndarray(event.tensor_proto)))
-            for event in accumulator.Tensors(tag)]
+    return [(scalar.step, scalar.value) for scalar in read_scalars(directory, tag)]
 
 
 def test_phases_summaries_and_checkpoints(tmp_path):

@@ -18,19 +18,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports Te
 # and worker processes that import this package's environment code stay light.
 
 
-def _check(config):
-    """Validation that needs the registries; raises ConfigError."""
-    from batchrl.scripts import environments
-    from batchrl.scripts.networks import NETWORKS
-
-    environments.check_env_id(config.env)
-    if config.network not in NETWORKS:
-        raise configs.ConfigError(
-            f"unknown network {config.network!r} (config key 'network'); "
-            f"choices: {', '.join(sorted(NETWORKS))}")
-    environments.episode_limit(config)
-
-
 def prepare_logdir(logdir, config):
     """Writes `config.yaml` into a new run directory, or checks it against a resumed one.
 
@@ -69,31 +56,17 @@ def train(config, logdir, progress=None, on_phase=None):
     Returns:
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
     """
-    import keras
-    import tensorflow as tf
-
-    from batchrl.algorithms.ppo import PPO
+    from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import environments
-    from batchrl.scripts.networks import NETWORKS
-    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
     from batchrl.tools.loop import Loop
 
-    _check(config)
+    agent_lib.check(config)
     prepare_logdir(logdir, config)
-    keras.utils.set_random_seed(config.seed)
     batch_env = environments.create_batch(config)
     try:
-        in_graph = InGraphBatchEnv(batch_env)
-        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        is_training = tf.Variable(True, trainable=False, name="is_training")
-        should_log = tf.Variable(True, trainable=False, name="should_log")
-        algo_config = configs.Config(config)
-        algo_config["network"] = NETWORKS[config.network]
-        algo_config["max_length"] = environments.episode_limit(config)
-        algo = PPO(in_graph, step, is_training, should_log, algo_config)
-        checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-        loop = Loop(logdir, in_graph, algo, step, is_training, should_log, checkpoint,
-                    steps=config.steps, eval_every=config.eval_every,
+        agent = agent_lib.build(config, batch_env)
+        step = agent.step
+        loop = Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                     eval_episodes=config.eval_episodes, log_every=config.log_every,
                     progress=progress)
         resumed = loop.restore()
@@ -138,7 +111,9 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config = configs.load(args.config, args.set)
-        _check(config)
+        from batchrl.scripts import agent as agent_lib  # Imports TensorFlow.
+
+        agent_lib.check(config)
         if os.path.exists(os.path.join(args.logdir, "config.yaml")):
             prepare_logdir(args.logdir, config)  # Fails early on a mismatched resume.
     except configs.ConfigError as error:

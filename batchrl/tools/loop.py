@@ -85,6 +85,7 @@ class Loop:
         self._log_every = int(log_every)
         self._progress = progress
         self._checkpoint = checkpoint
+        self._restored = False
         self._manager = tf.train.CheckpointManager(
             checkpoint, self._logdir, max_to_keep=keep_checkpoints)
         self._writers = {
@@ -122,6 +123,7 @@ class Loop:
 
     def restore(self):
         """Restores the latest checkpoint if there is one; returns its path or None."""
+        self._restored = True
         path = self._manager.latest_checkpoint
         if path:
             self._checkpoint.restore(path).assert_existing_objects_matched()
@@ -135,7 +137,8 @@ class Loop:
         return path
 
     def run(self, on_phase=None):
-        """Trains until `steps`, resuming from the latest checkpoint.
+        """Trains until `steps`, resuming from the latest checkpoint (unless `restore` was
+        called already).
 
         Args:
           on_phase: optional callable receiving each `PhaseResult` as it ends.
@@ -143,7 +146,8 @@ class Loop:
         Returns:
           list of `PhaseResult`s of this call.
         """
-        self.restore()
+        if not self._restored:
+            self.restore()
         results = []
         start = int(self._step.numpy())
         bar = tqdm.tqdm(total=self._steps, initial=min(start, self._steps), unit="step",
