@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl.algorithms.distributions import DiagonalGaussian
+from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
 from batchrl.algorithms.ppo import advantage, losses
 from batchrl.algorithms.ppo.memory import EpisodeMemory
 
@@ -150,3 +150,28 @@ def test_episode_memory_rejects_episodes_longer_than_max_length():
     memory.append({"a": np.array([1], np.int32)}, [0])
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_length"):
         memory.append({"a": np.array([2], np.int32)}, [0])
+
+
+def test_categorical_against_numpy():
+    rng = np.random.default_rng(3)
+    logits, other_logits = rng.normal(size=(2, 6, 4)).astype(np.float32)
+    action = rng.integers(0, 4, size=6).astype(np.int32)
+    p = Categorical({"logits": logits})
+    q = Categorical({"logits": other_logits})
+
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    log_p, log_q = log_softmax(logits), log_softmax(other_logits)
+    np.testing.assert_allclose(p.log_prob(action).numpy(), log_p[np.arange(6), action],
+                               rtol=1e-5)
+    np.testing.assert_allclose(p.entropy().numpy(), -(np.exp(log_p) * log_p).sum(-1),
+                               rtol=1e-5)
+    np.testing.assert_allclose(p.kl(q).numpy(), (np.exp(log_p) * (log_p - log_q)).sum(-1),
+                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(p.mode().numpy(), logits.argmax(-1))
+    counts = np.bincount(
+        Categorical({"logits": np.log(np.tile([[0.1, 0.2, 0.7]], (30000, 1))).astype(
+            np.float32)}).sample(tf.random.Generator.from_seed(1)).numpy(), minlength=3)
+    np.testing.assert_allclose(counts / 30000, [0.1, 0.2, 0.7], atol=0.01)

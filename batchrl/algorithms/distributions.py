@@ -56,3 +56,42 @@ class DiagonalGaussian:
                    + (variance + tf.square(self.mean - other.mean)) / (2 * other_variance)
                    - 0.5)
         return tf.reduce_sum(per_dim, -1)
+
+
+class Categorical:
+    """Distribution over `n` discrete actions.
+
+    Args:
+      params: dict with `logits`, float32 `[..., n]` unnormalized log-probabilities.
+    Actions are int32 `[...]` in `[0, n)`.
+    """
+
+    param_names = ("logits",)
+
+    def __init__(self, params):
+        self.logits = tf.convert_to_tensor(params["logits"], tf.float32)
+        self._log_probs = tf.nn.log_softmax(self.logits)
+
+    def sample(self, generator):
+        """Draws one action per distribution (Gumbel-max trick) with a `tf.random.Generator`."""
+        uniform = generator.uniform(tf.shape(self.logits), minval=1e-20, maxval=1.0)
+        gumbel = -tf.math.log(-tf.math.log(uniform))
+        return tf.argmax(self.logits + gumbel, -1, output_type=tf.int32)
+
+    def mode(self):
+        """The most likely action; int32 `[...]`."""
+        return tf.argmax(self.logits, -1, output_type=tf.int32)
+
+    def log_prob(self, action):
+        """Log-probability of the int actions `[...]`; float32 `[...]`."""
+        action = tf.cast(action, tf.int32)
+        return tf.gather(self._log_probs, action, batch_dims=len(action.shape))
+
+    def entropy(self):
+        """Entropy in nats, `-sum(p log p)`; `[...]`."""
+        return -tf.reduce_sum(tf.exp(self._log_probs) * self._log_probs, -1)
+
+    def kl(self, other):
+        """KL(self || other) = `sum(p (log p - log q))` in nats; `[...]`."""
+        return tf.reduce_sum(
+            tf.exp(self._log_probs) * (self._log_probs - other._log_probs), -1)

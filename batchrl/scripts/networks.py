@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms.distributions import DiagonalGaussian
+from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
@@ -70,6 +70,29 @@ class GaussianPolicy(keras.Model):
         return {"mean": mean, "logstd": tf.broadcast_to(self._logstd, tf.shape(mean))}
 
 
+class CategoricalPolicy(keras.Model):
+    """Feed-forward policy over `n` discrete actions: logits from a ReLU MLP.
+
+    The logits layer is initialized small (`init_mean_factor`), so the initial policy is
+    close to uniform.
+
+    Args:
+      num_actions: number of discrete actions.
+      units: sizes of the hidden layers.
+      init_mean_factor: scale of the variance-scaling initializer of the logits layer.
+    """
+
+    def __init__(self, num_actions, units, init_mean_factor, name="policy"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, name="hidden")
+        self._logits = keras.layers.Dense(
+            num_actions, kernel_initializer=keras.initializers.VarianceScaling(
+                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
+
+    def call(self, observ):
+        return {"logits": self._logits(self._hidden(observ))}
+
+
 class ValueNetwork(keras.Model):
     """State-value function: a ReLU MLP with a linear output, `[batch, time]`."""
 
@@ -97,13 +120,36 @@ def feed_forward_gaussian(observation_space, action_space, config):
             f"{action_space}")
     policy = GaussianPolicy(action_space.shape[0], config.policy_layers, config.init_std,
                             config.init_mean_factor)
-    value = ValueNetwork(config.value_layers)
+    return _built(policy, ValueNetwork(config.value_layers), DiagonalGaussian,
+                  observation_space)
+
+
+def feed_forward_categorical(observation_space, action_space, config):
+    """Separate policy and value MLPs; categorical actions for a `Discrete` action space.
+
+    Config keys: `policy_layers`, `value_layers`, `init_mean_factor`. Evaluation takes the
+    most likely action.
+
+    Raises:
+      ValueError: if the action space is not `Discrete` (starting at 0).
+    """
+    if not isinstance(action_space, gym.spaces.Discrete) or action_space.start != 0:
+        raise ValueError(
+            f"network feed_forward_categorical needs a Discrete action space starting at 0, "
+            f"got {action_space}")
+    policy = CategoricalPolicy(int(action_space.n), config.policy_layers,
+                               config.init_mean_factor)
+    return _built(policy, ValueNetwork(config.value_layers), Categorical, observation_space)
+
+
+def _built(policy, value, distribution, observation_space):
     dummy = np.zeros((1, 1) + observation_space.shape, np.float32)
     policy(dummy)
     value(dummy)
-    return Networks(policy, value, DiagonalGaussian)
+    return Networks(policy, value, distribution)
 
 
 NETWORKS = {
     "feed_forward_gaussian": feed_forward_gaussian,
+    "feed_forward_categorical": feed_forward_categorical,
 }

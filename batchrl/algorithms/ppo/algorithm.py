@@ -275,7 +275,8 @@ class PPO:
                     tf.summary.scalar(
                         "mean_return", advantage_lib.masked_mean(target, mask)),
                     tf.summary.histogram("advantage", tf.boolean_mask(advantage, mask > 0)),
-                    tf.summary.histogram("action", tf.boolean_mask(action, mask > 0)),
+                    tf.summary.histogram(
+                        "action", tf.cast(tf.boolean_mask(action, mask > 0), tf.float32)),
                 ]
                 self._observ_filter.summary()
                 self._reward_filter.summary()
