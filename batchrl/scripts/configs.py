@@ -102,6 +102,9 @@ def _check_value(key, value, default):
     elif isinstance(default, str):
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, got {value!r}")
+    elif isinstance(default, dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where} must be a mapping of names to values, got {value!r}")
     elif isinstance(default, list):
         if not isinstance(value, list) or not all(
                 isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value):

@@ -1,7 +1,13 @@
-"""Building the environments of a config. Free of TensorFlow: worker processes import it."""
+"""Building the environments of a config. Free of TensorFlow: worker processes import it.
+
+The config key `env` is either a Gymnasium id (`Pendulum-v1`), made with `gymnasium.make`,
+or `module:attribute` naming a class or function that returns a `gymnasium.Env`; either is
+called with the keyword arguments `env_kwargs`.
+"""
 
 import difflib
 import functools
+import importlib
 
 import gymnasium as gym
 
@@ -10,43 +16,79 @@ from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.wrappers import ExternalProcess, standard_wrappers
 
 
-def check_env_id(env_id):
-    """Raises `ConfigError` naming close registered ids when `env_id` is not registered."""
-    if env_id in gym.registry:
+def _resolve(env):
+    """The callable named by `module:attribute`; raises ConfigError naming what is missing."""
+    module_name, _, attribute = env.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"config key 'env': cannot import module {module_name!r} "
+                          f"({error})") from None
+    constructor = getattr(module, attribute, None)
+    if not callable(constructor):
+        raise ConfigError(f"config key 'env': module {module_name!r} has no class or "
+                          f"function {attribute!r}")
+    return constructor
+
+
+def check_env_id(env):
+    """Raises `ConfigError` for an unregistered id (naming close registered ids) or a
+    `module:attribute` that cannot be imported."""
+    if ":" in env:
+        _resolve(env)
         return
-    close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.5)
+    if env in gym.registry:
+        return
+    close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
     hint = f"; close matches: {', '.join(close)}" if close else ""
-    raise ConfigError(f"unknown Gymnasium environment id {env_id!r} (config key 'env'){hint}")
+    raise ConfigError(f"unknown Gymnasium environment id {env!r} (config key 'env'){hint}")
 
 
 def episode_limit(config):
-    """The maximal episode length: `max_length`, else the environment's own time limit.
+    """The maximal episode length: `max_length`, else the registered time limit.
 
     Raises:
-      ConfigError: when neither is set.
+      ConfigError: when neither is set (always so for a `module:attribute` environment
+        without `max_length`).
     """
     if config.max_length:
         return config.max_length
-    limit = gym.spec(config.env).max_episode_steps
+    limit = None if ":" in config.env else gym.spec(config.env).max_episode_steps
     if not limit:
         raise ConfigError(
-            f"environment {config.env!r} has no time limit: set config key 'max_length'")
+            f"environment {config.env!r} has no registered time limit: set config key "
+            f"'max_length'")
     return limit
 
 
-def create(env_id, max_episode_steps=None, render_mode=None):
-    """One environment with `standard_wrappers` (time limit, action range [-1, 1], float32)."""
-    return standard_wrappers(gym.make(env_id, render_mode=render_mode), max_episode_steps)
+def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
+    """One environment with `standard_wrappers` (time limit, action range [-1, 1], float32).
+
+    Args:
+      env: a Gymnasium id or `module:attribute`.
+      max_episode_steps: the episode length limit, or None for the registered one.
+      render_mode: passed to the environment (e.g. "rgb_array").
+      kwargs: dict of keyword arguments for the environment.
+    """
+    kwargs = dict(kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if ":" in env:
+        instance = _resolve(env)(**kwargs)
+    else:
+        instance = gym.make(env, **kwargs)
+    return standard_wrappers(instance, max_episode_steps)
 
 
-def create_batch(config, num_agents=None):
+def create_batch(config, num_agents=None, render_mode=None):
     """The `BatchEnv` of a config: `num_agents` environments (default `config.num_agents`),
     in worker processes when `config.env_processes`, else in this process.
 
     The environments' random generators are seeded with `config.seed + index`.
     """
     num_agents = num_agents or config.num_agents
-    constructor = functools.partial(create, config.env, episode_limit(config))
+    constructor = functools.partial(
+        create, config.env, episode_limit(config), render_mode, config.env_kwargs)
     if config.env_processes:
         envs = []
         try:
