@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from batchrl.algorithms.ppo import PPO
 from batchrl.scripts import configs
-from batchrl.scripts.networks import feed_forward_gaussian
+from batchrl.scripts.networks import feed_forward_gaussian, recurrent_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_environment import MockEnvironment
@@ -67,7 +67,8 @@ def test_eval_mode_acts_with_the_mean_and_records_nothing():
         observ = batch_env.observ.numpy()  # What the next step acts on.
         run(False, False)
         normalized = observ_filter.transform(observ)
-        mean = algo.networks.policy(normalized[:, None])["mean"][:, 0].numpy()
+        params, _ = algo.networks.policy(normalized[:, None], np.zeros((2, 0), np.float32))
+        mean = params["mean"][:, 0].numpy()
         np.testing.assert_allclose(batch_env.action.numpy(), mean, rtol=1e-5, atol=1e-6)
     assert int(observ_filter.count) == 0
     assert int(algo._episodes.length.numpy().sum()) == 0
@@ -93,3 +94,40 @@ def test_episodes_that_do_not_fit_the_memory_are_dropped():
     run(False, False)
     run(False, False)  # Three more: one fits, the update runs, the memory empties.
     assert int(algo._memory_index.numpy()) == 0
+
+
+def test_minibatches_of_chunks_train_without_crash():
+    _, algo, _, run = _setup((3,), [(2, 12), (4, 9)], chunk_length=4, batch_size=3)
+    before = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
+    for _ in range(40):
+        run(False, False)
+    after = algo.networks.value.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
+def test_recurrent_state_is_reset_for_exactly_the_agents_that_begin_an_episode():
+    batch_env, algo, _, run = _setup(
+        (3,), [(2, 2), (5, 5), (5, 5)], network=recurrent_gaussian, policy_layers=[8, 6],
+        chunk_length=3, batch_size=2)
+    run(False, False)
+    state = algo._state.numpy()
+    assert state.shape == (3, 6) and (np.abs(state) > 0).all()
+    run(False, False)  # Agent 0's episode ends here.
+    before = algo._state.numpy()
+    run(False, False)  # Agent 0 begins a new episode and acts from a zero state.
+    acted_from = algo._last_state.numpy()
+    np.testing.assert_array_equal(acted_from[0], np.zeros(6))
+    np.testing.assert_array_equal(acted_from[1:], before[1:])
+    assert not np.allclose(algo._state.numpy()[1:], before[1:]), "the others advanced"
+
+
+def test_recurrent_policy_trains_on_chunks_without_crash():
+    _, algo, _, run = _setup(
+        (2, 3), [(3, 12), (5, 9), (2, 7)], network=recurrent_gaussian, policy_layers=[8, 6],
+        chunk_length=4, batch_size=2)
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    for _ in range(50):
+        done, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    after = algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))

@@ -3,8 +3,11 @@
 A network constructor is called as `constructor(observation_space, action_space, config)`
 and returns `Networks(policy, value, distribution)`:
 
-- `policy`: a Keras model mapping observations float32 `[batch, time, *observation_shape]`
-  to a dict of distribution parameters, each `[batch, time, ...]`;
+- `policy`: a Keras model called as `policy(observ, state)` with observations float32
+  `[batch, time, *observation_shape]` and the recurrent state at the first step, float32
+  `[batch, policy.state_size]`; it returns `(params, state)`: a dict of distribution
+  parameters, each `[batch, time, ...]`, and the state after the last step. Feed-forward
+  policies have `state_size` 0 and pass the (empty) state through;
 - `value`: a Keras model mapping the same observations to float32 `[batch, time]`;
 - `distribution`: the class that turns the policy's output into an action distribution
   (see `batchrl.algorithms.distributions`).
@@ -40,13 +43,32 @@ class _MLP(keras.layers.Layer):
         return hidden
 
 
+class _GaussianHead(keras.layers.Layer):
+    """`mean = tanh(W h + b)` and a learned, observation-independent log standard deviation.
+
+    The mean layer is initialized small (`init_mean_factor`) so that the initial mean is
+    near zero; the standard deviation starts at `init_std`.
+    """
+
+    def __init__(self, action_size, init_std, init_mean_factor, name="gaussian"):
+        super().__init__(name=name)
+        self._mean = keras.layers.Dense(
+            action_size, kernel_initializer=keras.initializers.VarianceScaling(
+                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="mean")
+        self._logstd = self.add_weight(
+            shape=(action_size,), initializer=keras.initializers.Constant(math.log(init_std)),
+            name="logstd")
+
+    def call(self, hidden):
+        mean = tf.tanh(self._mean(hidden))
+        return {"mean": mean, "logstd": tf.broadcast_to(self._logstd, tf.shape(mean))}
+
+
 class GaussianPolicy(keras.Model):
     """Feed-forward Gaussian policy of Hafner et al. (arXiv:1709.02878, section 4).
 
     `mean = tanh(W h(observ) + b)` with a ReLU MLP `h`, and a learned log standard deviation
-    that does not depend on the observation. The last layer is initialized small
-    (`init_mean_factor`) so that the initial mean is near zero, and the standard deviation
-    starts at `init_std`.
+    that does not depend on the observation.
 
     Args:
       action_size: number of action dimensions.
@@ -55,19 +77,45 @@ class GaussianPolicy(keras.Model):
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
     """
 
+    state_size = 0
+
     def __init__(self, action_size, units, init_std, init_mean_factor, name="policy"):
         super().__init__(name=name)
         self._hidden = _MLP(units, name="hidden")
-        self._mean = keras.layers.Dense(
-            action_size, kernel_initializer=keras.initializers.VarianceScaling(
-                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="mean")
-        self._logstd = self.add_weight(
-            shape=(action_size,), initializer=keras.initializers.Constant(math.log(init_std)),
-            name="logstd")
+        self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
-    def call(self, observ):
-        mean = tf.tanh(self._mean(self._hidden(observ)))
-        return {"mean": mean, "logstd": tf.broadcast_to(self._logstd, tf.shape(mean))}
+    def call(self, observ, state):
+        return self._head(self._hidden(observ)), state
+
+
+class RecurrentGaussianPolicy(keras.Model):
+    """Gaussian policy with a GRU between the observation encoder and the head.
+
+    `h_t = GRU(encoder(observ_t), h_{t-1})` with a ReLU MLP encoder (`units[:-1]`) and a
+    Keras `GRUCell` of `units[-1]` units; the mean and log standard deviation are as in
+    `GaussianPolicy`, computed from `h_t`. The state is `h`, float32 `[batch, units[-1]]`,
+    zero at the start of an episode.
+
+    Args:
+      action_size: number of action dimensions.
+      units: sizes of the encoder layers followed by the size of the GRU (at least one).
+      init_std, init_mean_factor: as in `GaussianPolicy`.
+    """
+
+    def __init__(self, action_size, units, init_std, init_mean_factor, name="policy"):
+        super().__init__(name=name)
+        if not units:
+            raise ValueError("recurrent_gaussian needs at least one layer size (the GRU)")
+        self.state_size = int(units[-1])
+        self._encoder = _MLP(units[:-1], name="encoder")
+        self._rnn = keras.layers.RNN(
+            keras.layers.GRUCell(self.state_size), return_sequences=True, return_state=True,
+            name="gru")
+        self._head = _GaussianHead(action_size, init_std, init_mean_factor)
+
+    def call(self, observ, state):
+        outputs, state = self._rnn(self._encoder(observ), initial_state=state)
+        return self._head(outputs), state
 
 
 class CategoricalPolicy(keras.Model):
@@ -89,8 +137,10 @@ class CategoricalPolicy(keras.Model):
             num_actions, kernel_initializer=keras.initializers.VarianceScaling(
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
 
-    def call(self, observ):
-        return {"logits": self._logits(self._hidden(observ))}
+    state_size = 0
+
+    def call(self, observ, state):
+        return {"logits": self._logits(self._hidden(observ))}, state
 
 
 class ValueNetwork(keras.Model):
@@ -114,12 +164,26 @@ def feed_forward_gaussian(observation_space, action_space, config):
     Raises:
       ValueError: if the action space is not a one-dimensional `Box`.
     """
-    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise ValueError(
-            f"network feed_forward_gaussian needs a one-dimensional Box action space, got "
-            f"{action_space}")
+    _check_box(action_space, "feed_forward_gaussian")
     policy = GaussianPolicy(action_space.shape[0], config.policy_layers, config.init_std,
                             config.init_mean_factor)
+    return _built(policy, ValueNetwork(config.value_layers), DiagonalGaussian,
+                  observation_space)
+
+
+def recurrent_gaussian(observation_space, action_space, config):
+    """A GRU policy (`RecurrentGaussianPolicy`, encoder `policy_layers[:-1]`, GRU of
+    `policy_layers[-1]` units) and a feed-forward value MLP; Gaussian actions.
+
+    Train it on chunks of consecutive steps (`chunk_length`, `batch_size`): the state at
+    the start of each chunk is the one the policy had when it acted.
+
+    Raises:
+      ValueError: if the action space is not a one-dimensional `Box`.
+    """
+    _check_box(action_space, "recurrent_gaussian")
+    policy = RecurrentGaussianPolicy(action_space.shape[0], config.policy_layers,
+                                     config.init_std, config.init_mean_factor)
     return _built(policy, ValueNetwork(config.value_layers), DiagonalGaussian,
                   observation_space)
 
@@ -142,14 +206,21 @@ def feed_forward_categorical(observation_space, action_space, config):
     return _built(policy, ValueNetwork(config.value_layers), Categorical, observation_space)
 
 
+def _check_box(action_space, name):
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ValueError(
+            f"network {name} needs a one-dimensional Box action space, got {action_space}")
+
+
 def _built(policy, value, distribution, observation_space):
     dummy = np.zeros((1, 1) + observation_space.shape, np.float32)
-    policy(dummy)
+    policy(dummy, np.zeros((1, policy.state_size), np.float32))
     value(dummy)
     return Networks(policy, value, distribution)
 
 
 NETWORKS = {
     "feed_forward_gaussian": feed_forward_gaussian,
+    "recurrent_gaussian": recurrent_gaussian,
     "feed_forward_categorical": feed_forward_categorical,
 }

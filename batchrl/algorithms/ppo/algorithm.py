@@ -25,11 +25,18 @@ class PPO:
     While `is_training` is true, `experience` appends each agent's transitions to its
     current episode and updates the observation and reward normalizers; `end_episodes`
     moves finished episodes into a memory of `update_every` episodes (further episodes that
-    end at the same step are dropped) and, once it is full, trains: `update_epochs` Adam
-    steps on the value function, then `update_epochs` Adam steps on the policy's penalized
-    surrogate loss, both on the whole memory; then the KL penalty is adapted and the memory
-    emptied. While `is_training` is false, `perform` returns the mean (mode) action and
-    nothing is recorded.
+    end at the same step are dropped) and, once it is full, trains. The memory's episodes
+    are cut into chunks of `chunk_length` consecutive steps (null: whole episodes); each of
+    `update_epochs` epochs shuffles the chunks and takes one Adam step on the value loss and
+    one on the policy's penalized surrogate loss per minibatch of `batch_size` chunks
+    (null: all chunks, one full-batch step per epoch). Then the KL penalty is adapted from
+    the KL between the acting policy and the new one, and the memory is emptied. While
+    `is_training` is false, `perform` returns the mode (mean) action and nothing is
+    recorded.
+
+    A recurrent policy (`policy.state_size > 0`) keeps one state per agent, reset to zero
+    in `begin_episodes` and advanced in `perform`; the state each step was acted on is
+    stored with the step, and a chunk is replayed from the state stored at its first step.
 
     Observations are normalized with a running mean and standard deviation and clipped to
     [-5, 5]; rewards are scaled by their running standard deviation and clipped to
@@ -47,8 +54,9 @@ class PPO:
         `batchrl.scripts.networks`), `max_length`, `update_every`, `update_epochs`,
         `policy_lr`, `value_lr`, `discount`, `gae_lambda`, `kl_target`,
         `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
-        `normalize_reward`, `max_gradient_norm` (None for no clipping) and `seed`, plus
-        whatever the network reads.
+        `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
+        `batch_size` (None for whole episodes and full batches) and `seed`, plus whatever
+        the network reads.
     """
 
     def __init__(self, batch_env, step, is_training, should_log, config):
@@ -70,19 +78,34 @@ class PPO:
             (), center=False, scale=config.normalize_reward,
             clip=10.0 if config.normalize_reward else None, name="normalize_reward")
 
-        params = self._networks.policy(tf.zeros((1, 1) + observ_shape))
+        self._state_size = int(self._networks.policy.state_size)
+        self._recurrent = self._state_size > 0
+        params, _ = self._networks.policy(
+            tf.zeros((1, 1) + observ_shape), tf.zeros((1, self._state_size)))
         self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
+        self._chunk_length = config.chunk_length or config.max_length
+        # Episodes are stored padded to a whole number of chunks.
+        chunks = -(-config.max_length // self._chunk_length)
+        self._memory_length = chunks * self._chunk_length
         template = {
             "observ": (observ_shape, tf.float32),
             "action": (action_shape, batch_env.action.dtype),
             "reward": ((), tf.float32),
         }
+        if self._recurrent:
+            template["state"] = ((self._state_size,), tf.float32)
         for key, shape in self._param_shapes.items():
             template["policy_" + key] = (shape, tf.float32)
         with tf.name_scope("ppo"):
-            self._episodes = EpisodeMemory(template, num_agents, config.max_length, "episodes")
+            self._episodes = EpisodeMemory(
+                template, num_agents, self._memory_length, "episodes")
             self._memory = EpisodeMemory(
-                template, config.update_every, config.max_length, "memory")
+                template, config.update_every, self._memory_length, "memory")
+            # Recurrent state of each agent, and the state its last action was taken in.
+            self._state = tf.Variable(
+                tf.zeros((num_agents, self._state_size)), trainable=False, name="state")
+            self._last_state = tf.Variable(
+                tf.zeros((num_agents, self._state_size)), trainable=False, name="last_state")
             self._last_params = {
                 key: tf.Variable(tf.zeros((num_agents,) + shape), trainable=False,
                                  name="last_" + key)
@@ -124,6 +147,7 @@ class PPO:
             "reward_filter": self._reward_filter,
             "kl_penalty": self._penalty,
             "random": self._random,
+            "policy_state": self._state,
         }
 
     @property
@@ -131,8 +155,14 @@ class PPO:
         return self._networks
 
     def begin_episodes(self, agent_indices):
-        """Empties the current episode of the given agents (int32 `[n]`)."""
-        return self._episodes.clear(agent_indices)
+        """Empties the current episode and zeroes the recurrent state of the given agents
+        (int32 `[n]`)."""
+        cleared = [self._episodes.clear(agent_indices)]
+        if self._recurrent:
+            rows = tf.cast(agent_indices, tf.int32)[:, None]
+            zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
+            cleared.append(self._state.scatter_nd_update(rows, zeros))
+        return _after(cleared, True)
 
     def perform(self, agent_indices, observ):
         """Actions for the given agents: sampled while training, the mode otherwise.
@@ -148,8 +178,10 @@ class PPO:
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
         with tf.name_scope("perform"):
+            agent_indices = tf.cast(agent_indices, tf.int32)
             normalized = self._observ_filter.transform(observ)
-            params = self._networks.policy(normalized[:, None])
+            state = tf.gather(self._state, agent_indices)
+            params, new_state = self._networks.policy(normalized[:, None], state)
             params = {key: value[:, 0] for key, value in params.items()}
             distribution = self._distribution(params)
             action = tf.cond(
@@ -158,9 +190,13 @@ class PPO:
                 distribution.mode)
             if action.dtype.is_floating:
                 action = tf.debugging.check_numerics(action, "non-finite action")
-            rows = tf.cast(agent_indices, tf.int32)[:, None]
+            rows = agent_indices[:, None]
             stored = [self._last_params[key].scatter_nd_update(rows, params[key])
                       for key in self._param_shapes]
+            if self._recurrent:
+                stored.append(self._last_state.scatter_nd_update(rows, state))
+                with tf.control_dependencies(stored):
+                    stored.append(self._state.scatter_nd_update(rows, new_state))
             return _after(stored, action)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
@@ -189,6 +225,8 @@ class PPO:
                 statistics = [self._observ_filter.update(observ),
                               self._reward_filter.update(reward)]
             transition = {"observ": normalized, "action": action, "reward": reward}
+            if self._recurrent:
+                transition["state"] = tf.gather(self._last_state, agent_indices)
             for key in self._param_shapes:
                 transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
             rows = agent_indices[:, None]
@@ -232,9 +270,8 @@ class PPO:
         config = self._config
         with tf.name_scope("update"):
             episodes, length = self._memory.data()
-            mask = advantage_lib.sequence_mask(length, config.max_length)
+            mask = advantage_lib.sequence_mask(length, self._memory_length)
             observ = episodes["observ"]
-            action = episodes["action"]
             reward = self._reward_filter.transform(episodes["reward"]) * mask
             not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
             value = self._networks.value(observ)
@@ -243,17 +280,21 @@ class PPO:
                 reward, value, bootstrap, length, config.discount, config.gae_lambda)
             mean = advantage_lib.masked_mean(advantage, mask)
             std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
-            normalized_advantage = (advantage - mean) / (std + 1e-8) * mask
-            old = self._distribution(
-                {key: episodes["policy_" + key] for key in self._param_shapes})
-            old_log_prob = old.log_prob(action)
+            old_params = {key: episodes["policy_" + key] for key in self._param_shapes}
+            old = self._distribution(old_params)
+            state = episodes["state"] if self._recurrent else tf.zeros(
+                [config.update_every, self._memory_length, 0])
+            steps = dict(
+                observ=observ, action=episodes["action"], state=state,
+                mask=mask, target=target, advantage=(advantage - mean) / (std + 1e-8) * mask,
+                old_log_prob=old.log_prob(episodes["action"]),
+                **{"policy_" + key: value for key, value in old_params.items()})
+            metrics = self._optimize(self._chunks(steps))
 
-            value_loss, value_norm = self._update_value(observ, target, mask)
-            with tf.control_dependencies([value_loss]):
-                policy_losses, policy_norm = self._update_policy(
-                    observ, action, old, old_log_prob, normalized_advantage, mask)
-            with tf.control_dependencies([policy_losses["loss"]]):
-                new = self._distribution(self._networks.policy(observ))
+            with tf.control_dependencies(tf.nest.flatten(metrics)):
+                new_params, _ = self._networks.policy(
+                    observ, tf.zeros([config.update_every, self._state_size]))
+                new = self._distribution(new_params)
                 kl = advantage_lib.masked_mean(old.kl(new), mask)
                 entropy = advantage_lib.masked_mean(new.entropy(), mask)
                 penalty = self._penalty.assign(
@@ -263,63 +304,101 @@ class PPO:
 
             with tf.summary.record_if(self._should_log), tf.name_scope("ppo/"):
                 summaries = [
-                    tf.summary.scalar("value_loss", value_loss),
-                    tf.summary.scalar("value_gradient_norm", value_norm),
-                    tf.summary.scalar("policy_loss", policy_losses["loss"]),
-                    tf.summary.scalar("surrogate", policy_losses["surrogate"]),
-                    tf.summary.scalar("policy_gradient_norm", policy_norm),
                     tf.summary.scalar("kl", kl),
                     tf.summary.scalar("kl_penalty", penalty),
-                    tf.summary.scalar("kl_cutoff_count", policy_losses["cutoff_count"]),
                     tf.summary.scalar("entropy", entropy),
                     tf.summary.scalar(
                         "mean_return", advantage_lib.masked_mean(target, mask)),
                     tf.summary.histogram("advantage", tf.boolean_mask(advantage, mask > 0)),
-                    tf.summary.histogram(
-                        "action", tf.cast(tf.boolean_mask(action, mask > 0), tf.float32)),
+                    tf.summary.histogram("action", tf.cast(
+                        tf.boolean_mask(episodes["action"], mask > 0), tf.float32)),
                 ]
+                summaries += [tf.summary.scalar(name, value) for name, value in metrics.items()]
                 self._observ_filter.summary()
                 self._reward_filter.summary()
             return _after(cleared + summaries, True)
 
-    def _minimize(self, loss_fn, model, optimizer):
-        """`update_epochs` Adam steps on `loss_fn()`; returns (last loss, mean gradient norm)."""
-        variables = model.trainable_variables
-        max_norm = self._config.max_gradient_norm
+    def _chunks(self, steps):
+        """Cuts `[episodes, memory_length, ...]` tensors into `[chunks, chunk_length, ...]`."""
+        chunk = self._chunk_length
+        return {key: tf.reshape(value, tf.concat([[-1, chunk], tf.shape(value)[2:]], 0))
+                for key, value in steps.items()}
 
-        def body(epoch, _, norm_sum):
-            with tf.GradientTape() as tape:
-                loss = loss_fn()
-                total = loss["loss"] if isinstance(loss, dict) else loss
-            gradients = tape.gradient(total, variables)
-            norm = tf.linalg.global_norm(gradients)
-            if max_norm:
-                gradients, _ = tf.clip_by_global_norm(gradients, max_norm, use_norm=norm)
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
-            with tf.control_dependencies([optimizer.iterations]):
-                return epoch + 1, loss, norm_sum + norm
+    def _optimize(self, chunks):
+        """`update_epochs` epochs of minibatch Adam steps on the value and the policy.
 
-        initial_loss = loss_fn()
-        _, loss, norm_sum = tf.while_loop(
-            lambda epoch, *_: epoch < self._config.update_epochs, body,
-            (tf.constant(0), initial_loss, tf.constant(0.0)))
-        return loss, norm_sum / float(self._config.update_epochs)
-
-    def _update_value(self, observ, target, mask):
-        with tf.name_scope("value"):
-            return self._minimize(
-                lambda: losses.value_loss(self._networks.value(observ), target, mask),
-                self._networks.value, self._value_optimizer)
-
-    def _update_policy(self, observ, action, old, old_log_prob, advantage, mask):
+        Returns:
+          dict of float32 scalars for the summaries: the losses of the last minibatch and
+          the mean gradient norms.
+        """
         config = self._config
-        penalty = tf.identity(self._penalty)
+        valid = tf.where(tf.reduce_sum(chunks["mask"], 1) > 0)[:, 0]
+        count = tf.size(valid)
+        batch = tf.minimum(config.batch_size, count) if config.batch_size else count
+        batches = (count + batch - 1) // batch
+        total = config.update_epochs * batches
+        metrics = {name: tf.constant(0.0) for name in (
+            "value_loss", "policy_loss", "surrogate", "kl_cutoff_count",
+            "value_gradient_norm", "policy_gradient_norm")}
 
-        def loss_fn():
-            new = self._distribution(self._networks.policy(observ))
-            return losses.policy_loss(
-                new.log_prob(action), old_log_prob, advantage, old.kl(new), mask, penalty,
+        def body(index, order, metrics):
+            position = index % batches
+            order = tf.cond(
+                tf.equal(position, 0),
+                lambda: tf.gather(valid, tf.argsort(self._random.uniform([count]))),
+                lambda: order)
+            rows = order[position * batch:(position + 1) * batch]
+            minibatch = {key: tf.gather(value, rows) for key, value in chunks.items()}
+            value_loss, value_norm = self._value_step(minibatch)
+            with tf.control_dependencies([value_loss]):
+                policy, policy_norm = self._policy_step(minibatch)
+            return index + 1, order, {
+                "value_loss": value_loss,
+                "policy_loss": policy["loss"],
+                "surrogate": policy["surrogate"],
+                "kl_cutoff_count": policy["cutoff_count"],
+                "value_gradient_norm": metrics["value_gradient_norm"] + value_norm,
+                "policy_gradient_norm": metrics["policy_gradient_norm"] + policy_norm,
+            }
+
+        _, _, metrics = tf.while_loop(
+            lambda index, *_: index < total, body,
+            (tf.constant(0), tf.zeros([0], tf.int64), metrics),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
+                              {name: tf.TensorShape([]) for name in metrics}))
+        steps = tf.cast(tf.maximum(total, 1), tf.float32)
+        metrics["value_gradient_norm"] /= steps
+        metrics["policy_gradient_norm"] /= steps
+        return metrics
+
+    def _apply(self, tape, loss, model, optimizer):
+        """One optimizer step on `loss`; returns the gradient's global norm before clipping."""
+        variables = model.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        norm = tf.linalg.global_norm(gradients)
+        if self._config.max_gradient_norm:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._config.max_gradient_norm, use_norm=norm)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        return norm
+
+    def _value_step(self, minibatch):
+        with tf.name_scope("value"), tf.GradientTape() as tape:
+            loss = losses.value_loss(
+                self._networks.value(minibatch["observ"]), minibatch["target"],
+                minibatch["mask"])
+        return loss, self._apply(tape, loss, self._networks.value, self._value_optimizer)
+
+    def _policy_step(self, minibatch):
+        config = self._config
+        old = self._distribution(
+            {key: minibatch["policy_" + key] for key in self._param_shapes})
+        with tf.name_scope("policy"), tf.GradientTape() as tape:
+            params, _ = self._networks.policy(minibatch["observ"], minibatch["state"][:, 0])
+            new = self._distribution(params)
+            result = losses.policy_loss(
+                new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
+                minibatch["advantage"], old.kl(new), minibatch["mask"], self._penalty,
                 config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef)
-
-        with tf.name_scope("policy"):
-            return self._minimize(loss_fn, self._networks.policy, self._policy_optimizer)
+        return result, self._apply(
+            tape, result["loss"], self._networks.policy, self._policy_optimizer)

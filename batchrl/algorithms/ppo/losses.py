@@ -15,22 +15,23 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
                 kl_cutoff_factor, kl_cutoff_coef):
     """Penalized surrogate objective of PPO, to be minimized.
 
-    `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_episodes[max(0, KL_e - c)^2]`,
+    `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_rows[max(0, KL_e - c)^2]`,
     with the importance ratio `r_t = exp(log_prob - old_log_prob)`, the mean KL of each
-    episode `KL_e`, and `c = kl_cutoff_factor * kl_target`.
+    row `KL_e` (a row is an episode or a chunk of one), and
+    `c = kl_cutoff_factor * kl_target`.
 
     Args:
-      log_prob: float32 `[episodes, time]`, log pi(a_t | s_t) under the current policy.
-      old_log_prob: float32 `[episodes, time]`, the same under the policy that acted.
-      advantage: float32 `[episodes, time]`, normalized advantages.
-      kl: float32 `[episodes, time]`, KL(old policy || current policy) at each step.
-      mask: float32 `[episodes, time]`, 1 for valid steps.
+      log_prob: float32 `[rows, time]`, log pi(a_t | s_t) under the current policy.
+      old_log_prob: float32 `[rows, time]`, the same under the policy that acted.
+      advantage: float32 `[rows, time]`, normalized advantages.
+      kl: float32 `[rows, time]`, KL(old policy || current policy) at each step.
+      mask: float32 `[rows, time]`, 1 for valid steps.
       penalty: float32 scalar, the KL penalty coefficient beta.
       kl_target, kl_cutoff_factor, kl_cutoff_coef: floats.
 
     Returns:
       dict of float32 scalars: `loss` (the total), `surrogate`, `kl`, `kl_penalty`,
-      `cutoff_penalty`, `cutoff_count` (episodes whose KL exceeds the cut-off).
+      `cutoff_penalty`, `cutoff_count` (rows whose KL exceeds the cut-off).
     """
     ratio = tf.exp(log_prob - tf.stop_gradient(old_log_prob))
     surrogate = -masked_mean(ratio * tf.stop_gradient(advantage), mask)
