@@ -146,6 +146,25 @@ def test_mean_score_summaries(tmp_path):
     np.testing.assert_allclose(values["mean_length"], np.mean(lengths), rtol=1e-6)
 
 
+def test_forced_reset_forgets_episodes_not_yet_logged(tmp_path):
+    batch_env, algo, _, _ = _setup([1, 1])
+    writer = tf.summary.create_file_writer(str(tmp_path))
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def logged_step(log, reset):
+        with writer.as_default(step=0):
+            return simulate(batch_env, algo, log, reset)
+
+    logged_step(False, False)  # Two episodes recorded, not logged.
+    done, score = logged_step(True, True)  # Forced reset, then two more, logged.
+    writer.flush()
+    values = [tf.make_ndarray(value.tensor)
+              for path in tmp_path.iterdir()
+              for event in tf.compat.v1.train.summary_iterator(str(path))
+              for value in event.summary.value if value.tag == "mean_score"]
+    np.testing.assert_allclose(values, [score.numpy().mean()], rtol=1e-5)
+
+
 @pytest.mark.parametrize("observ_shape", [(1,), (2, 3)])
 def test_mock_algorithm_actions_are_valid(observ_shape):
     batch_env, _, step, _ = _setup([3, 3, 3], observ_shape)

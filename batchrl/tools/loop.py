@@ -39,9 +39,13 @@ class Loop:
       `eval_every` environment steps (`steps` counts every agent's step); the global `step`
       variable counts these steps. `mean_score` / `mean_length` are written every
       `log_every` steps and at the end of the phase to `LOGDIR/train`. Then a checkpoint.
-    - `eval`: `is_training` and `should_log` are false (mean actions, no learning) until
-      `eval_episodes` episodes ended; their `mean_score` / `mean_length` go to `LOGDIR/eval`
-      at the current global step. Eval steps are not counted in the global step.
+    - `eval`: `is_training` and `should_log` are false (mean actions, no learning). In
+      rounds, every agent starts an episode and the first episode each agent finishes is
+      counted, until at least `eval_episodes` episodes are counted; their `mean_score` /
+      `mean_length` go to `LOGDIR/eval` at the current global step. (The Loop writes these
+      itself: `simulate`'s own summaries would include the later episodes of agents that
+      finished early, biasing the mean towards short episodes.) Eval steps are not counted
+      in the global step.
 
     Each phase starts new episodes for all agents. Each call of a phase's step function is
     one call of one `tf.function`, traced once; `tracing_counts()` reports it.
@@ -197,21 +201,37 @@ class Loop:
                            scores, lengths)
 
     def _eval_phase(self):
+        """Evaluates in rounds: each round restarts every agent and counts the first episode
+        each agent finishes, so that short episodes are not over-represented; rounds repeat
+        until at least `eval_episodes` episodes are counted."""
         self._is_training.assign(False)
         self._should_log.assign(False)
         function = self._functions["eval"]
         batch = len(self._batch_env)
-        scores, lengths, running = [], [], np.zeros(batch, np.int64)
+        scores, lengths = [], []
         steps, start_time = 0, time.time()
-        reset = True
         while len(scores) < self._eval_episodes:
-            done, score = function(tf.constant(False), tf.constant(reset))
-            reset = False
-            steps += batch
-            self._collect(done.numpy(), score.numpy(), running, scores, lengths)
-        # One more step writes the summaries of the episodes that ended.
-        function(tf.constant(True), tf.constant(False))
-        self._writers["eval"].flush()
+            first_score = np.full(batch, np.nan, np.float32)
+            first_length = np.zeros(batch, np.int64)
+            running = np.zeros(batch, np.int64)
+            reset = True
+            while np.isnan(first_score).any():
+                done, score = function(tf.constant(False), tf.constant(reset))
+                reset = False
+                steps += batch
+                running += 1
+                done = done.numpy()
+                new = done & np.isnan(first_score)
+                first_score[new] = score.numpy()[new]
+                first_length[new] = running[new]
+                running[done] = 0
+            scores.extend(first_score.tolist())
+            lengths.extend(first_length.tolist())
+        writer = self._writers["eval"]
+        with writer.as_default(step=int(self._step.numpy())):
+            tf.summary.scalar("mean_score", np.mean(scores))
+            tf.summary.scalar("mean_length", np.mean(lengths))
+        writer.flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
 

@@ -57,7 +57,8 @@ def simulate(batch_env, algo, log, reset):
     1. begins new episodes for the agents whose `done` flag is set (all agents on the very
        first call, because `batch_env.done` starts True, and all agents when `reset` is
        true): resets their environments, zeroes their score and length and calls
-       `algo.begin_episodes(indices)`;
+       `algo.begin_episodes(indices)`; when `reset` is true, episodes recorded but not yet
+       written to a summary are forgotten too (they belong to what came before);
     2. computes `action = algo.perform(all_indices, observ)` and steps all environments;
     3. adds the reward to the scores and calls
        `algo.experience(all_indices, observ, action, reward, done, nextob)`, where `nextob`
@@ -102,7 +103,13 @@ def simulate(batch_env, algo, log, reset):
             began = algo.begin_episodes(begin_indices)
         return _after([clear_score, clear_length] + _dependencies(began), True)
 
-    began = tf.cond(tf.size(begin_indices) > 0, begin_episodes, lambda: tf.constant(False))
+    def forget_recorded():
+        return _after([state.mean_score.clear(), state.mean_length.clear()], True)
+
+    forgot = tf.cond(reset, forget_recorded, lambda: tf.constant(False))
+    with tf.control_dependencies([forgot]):
+        began = tf.cond(
+            tf.size(begin_indices) > 0, begin_episodes, lambda: tf.constant(False))
 
     with tf.control_dependencies([began]):
         observ = tf.identity(batch_env.observ)
