@@ -13,6 +13,14 @@ LOGDIR ?= runs/$(CONFIG)
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@# Off-screen MuJoCo rendering (visualize) needs Mesa's EGL; install it where we can.
+	@if ! ldconfig -p | grep -q libEGL_mesa; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri; \
+	  else \
+	    echo "note: MuJoCo videos need libegl1 libegl-mesa0 libgl1-mesa-dri (apt-get)"; \
+	  fi; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

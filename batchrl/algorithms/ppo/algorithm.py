@@ -136,7 +136,8 @@ class PPO:
     def checkpoint_state(self):
         """Trackables that define training, for `tf.train.Checkpoint(**checkpoint_state)`.
 
-        Episodes in progress and the memory are left out: they are rebuilt by playing.
+        Episodes in progress, the recurrent states and the memory are left out: they are
+        rebuilt by playing (every phase of the Loop begins new episodes for all agents).
         """
         return {
             "policy": self._networks.policy,
@@ -147,7 +148,6 @@ class PPO:
             "reward_filter": self._reward_filter,
             "kl_penalty": self._penalty,
             "random": self._random,
-            "policy_state": self._state,
         }
 
     @property

@@ -1,0 +1,379 @@
+"""Train configs x seeds and report how fast and how well they learn, with plots.
+
+    .venv/bin/python scripts/learning_benchmark.py --configs pendulum --seeds 0 1 2
+    .venv/bin/python scripts/learning_benchmark.py --configs pendulum --steps 200000 \\
+        --threshold pendulum=-200 --logdir runs/short --output docs/short.md
+    .venv/bin/python scripts/learning_benchmark.py --report-only
+
+Each run is one `python -m batchrl.scripts.train --config=CONFIG --set seed=SEED` process
+in LOGDIR/CONFIG/seed-SEED, its output shown and appended to RUN_DIR/train.log. A run whose
+checkpoint already reached its `steps` is skipped; an incomplete one is resumed (the same
+command continues from its last checkpoint). After every run, and with `--report-only`
+without training, the report is rewritten from the event files of all runs under LOGDIR
+(`--report-only`: filtered by `--configs` / `--seeds` when given): OUTPUT (default
+docs/results.md) with a table per config (per seed and the median over seeds) and a plot
+per config next to it (docs/CONFIG.png, made with scripts/plot.py). Give trial runs their
+own LOGDIR and OUTPUT.
+
+Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
+the training steps and the wall-clock minutes at the first eval score >= the config's
+threshold (`--threshold CONFIG=VALUE`; built in: pendulum -250; otherwise the Gymnasium
+`reward_threshold` of the config's environment, e.g. 475 for CartPole-v1); the run's total
+wall-clock hours; and the training steps/s that the training command printed (train
+phases including the PPO updates, averaged over resumed processes). Wall-clock time counts
+from the creation of the run's event files, without the pauses between resumed processes
+(see scripts/plot.py).
+"""
+
+import argparse
+import datetime
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+
+import numpy as np
+import plot
+
+from batchrl.scripts import configs
+
+DEFAULT_THRESHOLDS = {"pendulum": -250.0}
+LOG_NAME = "train.log"
+
+
+def run_dir(logdir, config, seed):
+    return pathlib.Path(logdir) / config / f"seed-{seed}"
+
+
+def discover(logdir, config_names=None, seeds=None):
+    """Existing runs under `logdir`: dict config -> {seed: run directory}, sorted.
+
+    Reads the layout LOGDIR/CONFIG/seed-N; `config_names` and `seeds` filter when given.
+    """
+    logdir = pathlib.Path(logdir)
+    found = {}
+    for path in logdir.glob("*/seed-*"):
+        match = re.fullmatch(r"(?P<config>[^/]+)/seed-(?P<seed>\d+)",
+                             path.relative_to(logdir).as_posix())
+        if not match or not plot.is_run_dir(path):
+            continue
+        config, seed = match["config"], int(match["seed"])
+        if config_names and config not in config_names or seeds and seed not in seeds:
+            continue
+        found.setdefault(config, {}).setdefault(seed, path)
+    order = {name: index for index, name in enumerate(config_names or [])}
+    return {config: dict(sorted(found[config].items()))
+            for config in sorted(found, key=lambda name: (order.get(name, len(order)), name))}
+
+
+def checkpoint_step(path):
+    """The global step of a run directory's latest checkpoint (0 when there is none)."""
+    try:
+        text = (pathlib.Path(path) / "checkpoint").read_text()
+    except FileNotFoundError:
+        return 0
+    match = re.search(r'^model_checkpoint_path:\s*".*?ckpt-(\d+)"', text, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def train_speed(log_text):
+    """Training steps/s over the `Trained N steps at R steps/s` lines of a run's log (one
+    per training process): total steps over total seconds; None without such a line."""
+    steps = seconds = 0.0
+    for count, rate in re.findall(r"Trained ([\d,]+) steps at ([\d,.]+) steps/s", log_text):
+        count, rate = float(count.replace(",", "")), float(rate.replace(",", ""))
+        if rate > 0:
+            steps += count
+            seconds += count / rate
+    return steps / seconds if seconds else None
+
+
+def summarize(run, threshold=None):
+    """One row of the table, from a `plot.Run` and its directory's checkpoint and train.log.
+
+    Returns:
+      dict with `seed`, `final_step` (the last step of the checkpoint or the events),
+      `target_steps` (the config's `steps`, or None), `final_return`, `best_return` (None
+      without eval scores), `steps_to_threshold`, `minutes_to_threshold` (None when not
+      reached or without threshold), `total_hours` and `steps_per_second` (None without
+      train.log).
+    """
+    scores = run.series.get("eval")
+    row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
+           "final_step": None, "final_return": None, "best_return": None,
+           "steps_to_threshold": None, "minutes_to_threshold": None,
+           "total_hours": run.total_seconds / 3600, "steps_per_second": None}
+    if scores is not None:
+        row.update(final_step=int(scores.steps[-1]), final_return=float(scores.values[-1]),
+                   best_return=float(scores.values.max()))
+        if threshold is not None:
+            reached = np.flatnonzero(scores.values >= threshold)
+            if len(reached):
+                row.update(steps_to_threshold=int(scores.steps[reached[0]]),
+                           minutes_to_threshold=float(scores.seconds[reached[0]]) / 60)
+    last_steps = [int(series.steps[-1]) for series in run.series.values()]
+    row["final_step"] = max([checkpoint_step(run.path), *last_steps]) or None
+    log = run.path / LOG_NAME
+    if log.exists():
+        row["steps_per_second"] = train_speed(log.read_text(errors="replace"))
+    return row
+
+
+def _median(values):
+    values = [value for value in values if value is not None]
+    return float(np.median(values)) if values else None
+
+
+def median_row(rows):
+    """The median over seeds of each column; a threshold not reached counts as infinite,
+    so the median is "not reached" when at most half of the seeds reached it."""
+    median = {"seed": "median"}
+    for key in ("final_step", "final_return", "best_return", "total_hours",
+                "steps_per_second"):
+        median[key] = _median([row[key] for row in rows])
+    for key in ("steps_to_threshold", "minutes_to_threshold"):
+        values = [np.inf if row[key] is None else row[key] for row in rows
+                  if row["final_return"] is not None]
+        value = float(np.median(values)) if values else None
+        median[key] = None if value is None or np.isinf(value) else value
+    median["target_steps"] = None
+    return median
+
+
+def _number(value, digits=1, thousands=False, missing="—"):
+    if value is None:
+        return missing
+    return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
+
+
+def table(rows, threshold):
+    """A Markdown table of `summarize` rows followed by their median row."""
+    reached = "not reached" if threshold is not None else "—"
+    lines = ["| seed | final step | final eval return | best eval return | steps to ≥ threshold "
+             "| minutes to ≥ threshold | total hours | train steps/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in [*rows, median_row(rows)] if len(rows) > 1 else rows:
+        final_step = _number(row["final_step"], thousands=True)
+        if row["target_steps"] and (row["final_step"] or 0) < row["target_steps"]:
+            final_step += f" of {row['target_steps']:,} (incomplete)"
+        seed = "**median**" if row["seed"] == "median" else row["seed"]
+        lines.append(
+            f"| {seed} | {final_step} | {_number(row['final_return'])} | "
+            f"{_number(row['best_return'])} | "
+            f"{_number(row['steps_to_threshold'], thousands=True, missing=reached)} | "
+            f"{_number(row['minutes_to_threshold'], missing=reached)} | "
+            f"{_number(row['total_hours'], digits=3)} | "
+            f"{_number(row['steps_per_second'], thousands=True)} |")
+    return "\n".join(lines) + "\n"
+
+
+def env_threshold(env_id):
+    """The Gymnasium registry's `reward_threshold` of an environment id, or None."""
+    try:
+        import gymnasium
+
+        return gymnasium.spec(env_id).reward_threshold
+    except Exception:  # Unknown or unregistered id: no threshold.
+        return None
+
+
+def config_overrides(config_name, run_config):
+    """`KEY=VALUE` strings where a run's config.yaml differs from configs/CONFIG.yaml
+    (`seed` left out); None when the config name is unknown."""
+    try:
+        named = configs.load(config_name)
+    except configs.ConfigError:
+        return None
+    return [f"{key}={run_config[key]}" for key in run_config
+            if key != "seed" and named.get(key) != run_config[key]]
+
+
+def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
+    """Writes the Markdown report and one plot per config next to it.
+
+    Args:
+      runs: dict config -> {seed: run directory} (from `discover`).
+      thresholds: dict config -> threshold score; a config without one uses the Gymnasium
+        `reward_threshold` of its environment, if any.
+      output: the Markdown file; the plots go to its folder as CONFIG.png.
+
+    Returns:
+      the report's text.
+    """
+    output = pathlib.Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    lines = [
+        "# Learning results", "",
+        f"Written by `scripts/learning_benchmark.py` on {now} from the runs under "
+        f"`{logdir or 'the given folders'}` ({platform.node()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}).", "",
+        "Eval return: the eval `mean_score`, the mean undiscounted return of the mean-action "
+        "policy over `eval_episodes` episodes, after every `eval_every` training steps. Steps "
+        "are training environment steps of all agents. Minutes and hours are wall-clock time "
+        "from the creation of the run's event files (TensorFlow import and environment "
+        "start-up excluded, graph tracing, updates and evaluations included; pauses between "
+        "resumed processes left out). Train steps/s: the training command's own figure "
+        "(train phases with updates, without evaluation). The plots show the median and the "
+        "25th–75th percentiles over seeds, and each seed as a thin line.", ""]
+    for config, seeds in runs.items():
+        read = [plot.read_run(path, tag) for path in seeds.values()]
+        env = read[0].config.get("env", "?")
+        threshold, source = thresholds.get(config), ""
+        if threshold is None:
+            threshold, source = env_threshold(env), " (Gymnasium's reward_threshold)"
+        rows = [summarize(run, threshold) for run in read]
+        for row, seed in zip(rows, seeds, strict=True):
+            row["seed"] = seed if row["seed"] is None else row["seed"]
+        first = read[0]
+        groups = plot.group_runs(read, [f"{config} ({env})"] * len(read))
+        image = output.parent / f"{config}.png"
+        try:
+            plot.plot_groups(groups, image, tag, threshold=threshold,
+                             title=f"{config} ({env}): {tag}, median and 25th–75th "
+                                   f"percentiles over {len(seeds)} seed(s)")
+            picture = f"![{config} learning curves]({image.name})"
+        except ValueError as error:
+            picture = f"(no plot: {error})"
+        overrides = config_overrides(config, first.config)
+        settings = ("overrides of `configs/" + config + ".yaml`: "
+                    + (", ".join(f"`{item}`" for item in overrides) or "none")
+                    if overrides is not None else "config file not found")
+        threshold_text = (f"threshold {threshold:g}{source}" if threshold is not None
+                          else "no threshold")
+        lines += [
+            f"## {config} ({env})", "",
+            f"{len(seeds)} seed(s) in `{pathlib.Path(next(iter(seeds.values()))).parent}`; "
+            f"{threshold_text}; {settings}.", "",
+            table(rows, threshold), picture, ""]
+    if not runs:
+        lines += ["No runs found.", ""]
+    text = "\n".join(lines)
+    output.write_text(text)
+    return text
+
+
+def train_run(config, seed, path, sets):
+    """Runs (or resumes) one training process, echoing its output into RUN_DIR/train.log.
+
+    Returns:
+      the process's exit code.
+    """
+    command = [sys.executable, "-m", "batchrl.scripts.train", f"--config={config}",
+               f"--logdir={path}", "--no-progress", "--set", f"seed={seed}",
+               *[item for pair in sets for item in ("--set", pair)]]
+    path.mkdir(parents=True, exist_ok=True)
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    with open(path / LOG_NAME, "a") as log:
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        log.write(f"# {started}\n$ {' '.join(command)}\n")
+        print("$", " ".join(command), flush=True)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, env=environ)
+        try:
+            for line in process.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+                log.flush()
+            return process.wait()
+        except KeyboardInterrupt:  # The child got the signal too and saves a checkpoint.
+            process.wait()
+            raise
+
+
+def parse_thresholds(pairs):
+    """`CONFIG=VALUE` strings over `DEFAULT_THRESHOLDS`: dict config -> float.
+
+    Raises:
+      ValueError: for a malformed pair.
+    """
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for pair in pairs:
+        match = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\S+)\s*", pair)
+        try:
+            thresholds[match[1]] = float(match[2])
+        except (TypeError, ValueError):
+            raise ValueError(f"--threshold expects CONFIG=VALUE, got {pair!r}") from None
+    return thresholds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", metavar="CONFIG",
+                        help="config names under configs/ (default for --report-only: all "
+                             "runs found)")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="seeds (default: 0 1 2; for --report-only: all found)")
+    parser.add_argument("--steps", type=int, help="override every config's steps")
+    parser.add_argument("--threshold", action="append", default=[], metavar="CONFIG=VALUE",
+                        help="the eval score to reach (repeatable; built in: "
+                             + ", ".join(f"{k}={v:g}" for k, v in DEFAULT_THRESHOLDS.items())
+                             + "; otherwise Gymnasium's reward_threshold of the env, if any)")
+    parser.add_argument("--logdir", default="runs/benchmark",
+                        help="runs go to LOGDIR/CONFIG/seed-N (default: %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed on to every training command")
+    parser.add_argument("--output", default="docs/results.md",
+                        help="the report; plots go next to it (default: %(default)s)")
+    parser.add_argument("--tag", default="mean_score", help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite the report and plots from existing runs")
+    args = parser.parse_args(argv)
+    try:
+        thresholds = parse_thresholds(args.threshold)
+    except ValueError as error:
+        parser.error(str(error))
+
+    if args.report_only:
+        runs = discover(args.logdir, args.configs, args.seeds)
+        write_report(runs, thresholds, args.output, args.tag, args.logdir)
+        print(f"Wrote {args.output} ({sum(len(s) for s in runs.values())} runs).")
+        return 0 if runs else 1
+
+    if not args.configs:
+        parser.error("--configs is required unless --report-only is given")
+    seeds = args.seeds if args.seeds is not None else [0, 1, 2]
+    sets = [*args.set, *([f"steps={args.steps}"] if args.steps is not None else [])]
+    targets = {}
+    try:
+        if "seed" in configs.parse_overrides(sets):
+            raise configs.ConfigError("give seeds with --seeds, not --set seed=...")
+        for config in args.configs:
+            if config not in configs.available():
+                raise configs.ConfigError(
+                    f"--configs takes names under configs/ ({', '.join(configs.available())})"
+                    f", got {config!r}")
+            targets[config] = configs.load(config, sets).steps
+    except configs.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    failed = []
+    for seed in seeds:  # Seed-major: every config gets a first seed early.
+        for config in args.configs:
+            path = run_dir(args.logdir, config, seed)
+            step = checkpoint_step(path)
+            if step >= targets[config]:
+                print(f"{path}: complete ({step:,} of {targets[config]:,} steps), skipped.")
+                continue
+            try:
+                code = train_run(config, seed, path, sets)
+            except KeyboardInterrupt:
+                print(f"\nInterrupted; run the same command again to resume {path}.",
+                      file=sys.stderr)
+                return 130
+            if code != 0:
+                failed.append(f"{path} (exit code {code}; see {path / LOG_NAME})")
+            write_report(discover(args.logdir), thresholds, args.output, args.tag, args.logdir)
+    runs = discover(args.logdir)
+    print(write_report(runs, thresholds, args.output, args.tag, args.logdir))
+    print(f"Wrote {args.output}.")
+    if failed:
+        print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

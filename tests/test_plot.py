@@ -1,0 +1,185 @@
+"""scripts/plot.py and scripts/learning_benchmark.py on small synthetic event files."""
+
+import pathlib
+import sys
+
+import matplotlib.image
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.scripts import configs
+from batchrl.scripts.events import Scalar
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import learning_benchmark  # noqa: E402
+import plot  # noqa: E402
+
+EVAL_STEPS = [20000, 40000, 60000]
+# Per seed: eval returns at EVAL_STEPS. With threshold -250, seed 0 reaches it at 60,000
+# steps, seed 1 at 40,000, seed 2 never.
+EVAL = {0: [-900.0, -300.0, -200.0], 1: [-800.0, -240.0, -150.0], 2: [-1000.0, -600.0, -260.0]}
+TRAIN_STEPS = [10000, 20000, 30000, 40000, 50000, 60000]
+
+
+def _write_run(path, seed, eval_values, train_values, steps=60000):
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(
+        configs.dump({"env": "Fake-v0", "seed": seed, "steps": steps}))
+    for phase, step_list, values in (("eval", EVAL_STEPS, eval_values),
+                                     ("train", TRAIN_STEPS, train_values)):
+        writer = tf.summary.create_file_writer(str(path / phase))
+        with writer.as_default():
+            for step, value in zip(step_list, values, strict=True):
+                tf.summary.scalar("mean_score", value, step=step)
+                tf.summary.scalar("mean_length", 200.0, step=step)
+        writer.close()
+
+
+def _train_values(seed):
+    return [-1200.0 + 150.0 * i + 10.0 * seed for i in range(len(TRAIN_STEPS))]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """LOGDIR/fake/seed-{0,1,2} in the layout of learning_benchmark.py."""
+    logdir = tmp_path_factory.mktemp("bench")
+    for seed, values in EVAL.items():
+        _write_run(logdir / "fake" / f"seed-{seed}", seed, values, _train_values(seed))
+    (logdir / "fake" / "seed-0" / learning_benchmark.LOG_NAME).write_text(
+        "Trained 20,000 steps at 1,000 steps/s (including updates).\n"
+        "Trained 40,000 steps at 2,000 steps/s (including updates).\n")
+    return logdir
+
+
+def test_read_run_returns_the_written_scalars(bench):
+    run = plot.read_run(bench / "fake" / "seed-1")
+    assert run.config["env"] == "Fake-v0" and run.config["seed"] == 1
+    np.testing.assert_array_equal(run.series["eval"].steps, EVAL_STEPS)
+    np.testing.assert_array_equal(run.series["eval"].values, EVAL[1])
+    np.testing.assert_array_equal(run.series["train"].steps, TRAIN_STEPS)
+    np.testing.assert_array_equal(run.series["train"].values, _train_values(1))
+    for series in run.series.values():
+        assert np.all(series.seconds >= 0) and np.all(np.diff(series.seconds) >= 0)
+        assert series.seconds[-1] < 60  # Written just now, within seconds.
+    assert plot.read_run(bench / "fake" / "seed-1", tag="no_such_tag").series == {}
+
+
+def test_runs_are_found_and_grouped_by_env_and_name(bench):
+    runs = [plot.read_run(path) for path in plot.find_runs(bench)]
+    assert [run.path.name for run in runs] == ["seed-0", "seed-1", "seed-2"]
+    groups = plot.group_runs(runs)
+    assert list(groups) == ["Fake-v0 (fake)"] and len(groups["Fake-v0 (fake)"]) == 3
+    assert plot.group_name(pathlib.Path("runs/seeds/pendulum-seed-2")) == "pendulum"
+    assert plot.group_name(pathlib.Path("runs/benchmark/cartpole/seed-0")) == "cartpole"
+    assert plot.group_name(pathlib.Path("runs/p2")) == "p2"
+    labelled = plot.load_groups([bench / "fake" / "seed-0", bench / "fake" / "seed-2"],
+                                labels=["a", "b"])
+    assert {label: len(runs) for label, runs in labelled.items()} == {"a": 1, "b": 1}
+
+
+def test_aggregate_is_numpy_percentiles_over_seeds(bench):
+    runs = plot.group_runs([plot.read_run(path) for path in plot.find_runs(bench)])
+    series = [run.series["eval"] for run in runs["Fake-v0 (fake)"]]
+    stats = plot.aggregate([s.steps for s in series], [s.values for s in series])
+    np.testing.assert_array_equal(stats.grid, EVAL_STEPS)  # The same steps: no interpolation.
+    values = np.array([EVAL[seed] for seed in sorted(EVAL)])
+    np.testing.assert_allclose(stats.values, values)
+    np.testing.assert_allclose(stats.median, np.median(values, axis=0))
+    np.testing.assert_allclose(stats.low, np.percentile(values, 25, axis=0))
+    np.testing.assert_allclose(stats.high, np.percentile(values, 75, axis=0))
+    np.testing.assert_allclose(stats.median, [-900.0, -300.0, -200.0])
+
+
+def test_aggregate_interpolates_onto_the_common_range():
+    xs = [np.array([0.0, 10.0, 20.0, 30.0]), np.array([5.0, 15.0, 25.0, 35.0])]
+    ys = [np.array([0.0, 1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0, 40.0])]
+    stats = plot.aggregate(xs, ys)
+    grid = np.array([5.0, 10.0, 15.0, 20.0, 25.0, 30.0])
+    np.testing.assert_array_equal(stats.grid, grid)
+    values = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)])
+    np.testing.assert_allclose(stats.values, values)
+    np.testing.assert_allclose(stats.median, np.percentile(values, 50, axis=0))
+    np.testing.assert_allclose(stats.low, np.percentile(values, 25, axis=0))
+    many = plot.aggregate([np.arange(1000.0), np.arange(1000.0) + 0.5], [np.zeros(1000)] * 2,
+                          max_points=50)
+    np.testing.assert_allclose(many.grid, np.linspace(0.5, 999.0, 50))
+    assert len(plot.aggregate([np.array([0.0, 1.0]), np.array([2.0, 3.0])],
+                              [np.zeros(2)] * 2).grid) == 0
+
+
+def test_resumed_runs_drop_orphans_and_pauses():
+    # The first process wrote steps 10-30 but its last checkpoint was at step 20; the
+    # resumed process writes 30 and 40 again.
+    scalars = [Scalar(10, 100.0, 1.0), Scalar(20, 110.0, 2.0), Scalar(30, 120.0, 3.0),
+               Scalar(30, 1000.0, 3.5), Scalar(40, 1010.0, 4.0)]
+    kept = plot.drop_orphans(scalars[::-1])
+    assert [(s.step, s.value) for s in kept] == [(10, 1.0), (20, 2.0), (30, 3.5), (40, 4.0)]
+    # Two event files per process (train, eval) overlap; the pause 120 -> 995 is removed.
+    segments = plot.merge_segments([(95.0, 120.0), (95.0, 118.0), (995.0, 1010.0),
+                                    (995.5, 1005.0)])
+    assert segments == [(95.0, 120.0), (995.0, 1010.0)]
+    np.testing.assert_allclose(plot.active_seconds([100.0, 120.0, 1000.0, 1010.0], segments),
+                               [5.0, 25.0, 30.0, 40.0])
+
+
+def test_plot_writes_a_png(bench, tmp_path):
+    output = tmp_path / "curves.png"
+    assert plot.main([str(bench), "--output", str(output), "--title", "fake"]) == 0
+    assert output.stat().st_size > 0
+    image = matplotlib.image.imread(output)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert plot.main([str(tmp_path / "missing"), "--output", str(output)]) == 2
+
+
+def test_benchmark_helpers():
+    assert learning_benchmark.train_speed(
+        "Trained 20,000 steps at 1,000 steps/s\nTrained 40,000 steps at 2,000 steps/s\n"
+    ) == pytest.approx(1500.0)
+    assert learning_benchmark.train_speed("no such line") is None
+    assert learning_benchmark.parse_thresholds(["cartpole=475", "pendulum=-200"]) == {
+        "pendulum": -200.0, "cartpole": 475.0}
+    with pytest.raises(ValueError, match="CONFIG=VALUE"):
+        learning_benchmark.parse_thresholds(["cartpole"])
+    assert learning_benchmark.env_threshold("CartPole-v1") == 475.0
+    assert learning_benchmark.env_threshold("Fake-v0") is None
+
+
+def test_checkpoint_step_and_discover(bench, tmp_path):
+    run = tmp_path / "pendulum" / "seed-0"
+    (run / "eval").mkdir(parents=True)
+    assert learning_benchmark.checkpoint_step(run) == 0
+    (run / "checkpoint").write_text('model_checkpoint_path: "ckpt-40000"\n'
+                                    'all_model_checkpoint_paths: "ckpt-20000"\n')
+    assert learning_benchmark.checkpoint_step(run) == 40000
+    (tmp_path / "cartpole" / "seed-3" / "train").mkdir(parents=True)
+    (tmp_path / "notes" / "seed-1").mkdir(parents=True)  # Not a run: no train/ or eval/.
+    found = learning_benchmark.discover(tmp_path)
+    assert found == {"cartpole": {3: tmp_path / "cartpole" / "seed-3"},
+                     "pendulum": {0: run}}
+    assert list(learning_benchmark.discover(tmp_path, ["pendulum"])) == ["pendulum"]
+    assert list(learning_benchmark.discover(bench)["fake"]) == [0, 1, 2]
+
+
+def test_report_table_holds_the_expected_numbers(bench, tmp_path):
+    output = tmp_path / "docs" / "results.md"
+    code = learning_benchmark.main(["--report-only", "--logdir", str(bench), "--output",
+                                    str(output), "--threshold", "fake=-250"])
+    assert code == 0
+    text = output.read_text()
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    # final step, final return, best return, steps to threshold, minutes, hours, steps/s
+    assert rows["0"][:4] == ["60,000", "-200.0", "-200.0", "60,000"]
+    assert rows["0"][6] == "1,500"
+    assert rows["1"][:4] == ["60,000", "-150.0", "-150.0", "40,000"]
+    assert rows["2"][:5] == ["60,000", "-260.0", "-260.0", "not reached", "not reached"]
+    assert rows["2"][6] == "—"
+    # Median over seeds; "not reached" counts as infinitely many steps.
+    assert rows["**median**"][:4] == ["60,000", "-200.0", "-200.0", "60,000"]
+    for seed in ("0", "1"):
+        assert 0 <= float(rows[seed][4]) < 1 and 0 <= float(rows[seed][5]) < 0.1
+    assert "## fake (Fake-v0)" in text and "threshold -250" in text
+    assert "![fake learning curves](fake.png)" in text
+    image = matplotlib.image.imread(output.parent / "fake.png")
+    assert image.shape[0] > 100

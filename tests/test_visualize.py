@@ -1,0 +1,123 @@
+"""The visualize command line on a real (very short) Pendulum run, and its one-line errors."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+import pytest
+
+SHORT = ["--set", "steps=1000", "--set", "eval_every=1000", "--set", "num_agents=2",
+         "--set", "update_every=2", "--set", "update_epochs=1", "--set", "eval_episodes=1"]
+EPISODE = re.compile(
+    r"^episode (\d+): return (-?[\d.]+), length (\d+) steps, video (\S+)$", re.MULTILINE)
+
+
+def _run(module, *args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", f"batchrl.scripts.{module}", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("visualize") / "run"
+    result = _run("train", "--config=pendulum", f"--logdir={logdir}", *SHORT,
+                  "--set", "env_processes=false")
+    assert result.returncode == 0, result.stderr
+    return logdir
+
+
+def test_records_a_readable_video_and_the_returns(run_dir, tmp_path):
+    outdir = tmp_path / "videos"
+    result = _run("visualize", f"--logdir={run_dir}", f"--outdir={outdir}",
+                  "--episodes=1", "--max-steps=40")
+    assert result.returncode == 0, result.stderr
+    episodes = EPISODE.findall(result.stdout)
+    assert len(episodes) == 1, result.stdout
+    index, printed_return, length, video = episodes[0]
+    assert index == "0" and int(length) == 40  # Pendulum never terminates: the cap ends it.
+    assert video == str(outdir / "episode-000.mp4")
+    with imageio.get_reader(video) as reader:
+        assert reader.get_meta_data()["fps"] == 30  # Pendulum's metadata["render_fps"].
+        frames = [frame for frame in reader]
+    assert len(frames) == int(length)
+    assert all(frame.shape == (500, 500, 3) for frame in frames)
+    assert len({frame.tobytes() for frame in frames}) > 1  # The pendulum moves.
+    records = json.loads((outdir / "returns.json").read_text())
+    assert len(records) == 1
+    assert records[0]["episode"] == 0 and records[0]["length"] == int(length)
+    assert records[0]["video"] == "episode-000.mp4"
+    assert f"{records[0]['return']:.2f}" == printed_return
+    assert -16.3 * 40 <= records[0]["return"] <= 0  # Pendulum rewards are in [-16.3, 0].
+    assert not list(outdir.glob("*.partial.mp4"))
+
+
+def test_recurrent_policy_plays_with_its_state(tmp_path):
+    # The checkpoint holds one recurrent state per training agent (2); one is played here.
+    logdir = tmp_path / "run"
+    result = _run("train", "--config=pendulum", f"--logdir={logdir}",
+                  "--set", "network=recurrent_gaussian", "--set", "policy_layers=[16]",
+                  "--set", "chunk_length=50", "--set", "batch_size=4", "--set", "steps=400",
+                  "--set", "eval_every=400", "--set", "num_agents=2", "--set", "update_every=2",
+                  "--set", "update_epochs=1", "--set", "eval_episodes=0",
+                  "--set", "env_processes=false")
+    assert result.returncode == 0, result.stderr
+    outdir = tmp_path / "videos"
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}", "--max-steps=5")
+    assert result.returncode == 0, result.stderr
+    assert [episode[2] for episode in EPISODE.findall(result.stdout)] == ["5"]
+    with imageio.get_reader(outdir / "episode-000.mp4") as reader:
+        assert reader.count_frames() == 5
+
+
+def _assert_one_line_error(result, message):
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_run_directory_is_a_one_line_error(tmp_path):
+    result = _run("visualize", f"--logdir={tmp_path / 'nope'}", f"--outdir={tmp_path / 'o'}")
+    _assert_one_line_error(result, "does not exist")
+    assert not (tmp_path / "o").exists()
+
+
+def test_directory_without_config_is_a_one_line_error(tmp_path):
+    result = _run("visualize", f"--logdir={tmp_path}", f"--outdir={tmp_path / 'o'}")
+    _assert_one_line_error(result, "holds no config.yaml")
+
+
+def test_run_without_checkpoint_is_a_one_line_error(run_dir, tmp_path):
+    logdir = tmp_path / "untrained"
+    logdir.mkdir()
+    (logdir / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
+    _assert_one_line_error(result, "holds no checkpoint")
+    result = _run("visualize", f"--logdir={run_dir}", f"--outdir={tmp_path / 'o'}",
+                  f"--checkpoint={run_dir / 'ckpt-5'}")
+    _assert_one_line_error(result, "ckpt-5 does not exist")
+    assert not (tmp_path / "o").exists()
+
+
+def test_help_names_the_options():
+    result = _run("visualize", "--help")
+    assert result.returncode == 0
+    for option in ("--logdir", "--outdir", "--episodes", "--checkpoint", "--max-steps"):
+        assert option in result.stdout
+
+
+def test_checkpoint_of_another_network_is_a_one_line_error(run_dir, tmp_path):
+    logdir = tmp_path / "other"
+    logdir.mkdir()
+    for path in run_dir.iterdir():
+        if path.is_file():
+            (logdir / path.name).write_bytes(path.read_bytes())
+    text = (logdir / "config.yaml").read_text()
+    text = re.sub(r"policy_layers:\n(- \d+\n)+", "policy_layers:\n- 7\n", text)
+    (logdir / "config.yaml").write_text(text)
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
+    _assert_one_line_error(result, "does not fit the agent of the run's config")
