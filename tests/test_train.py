@@ -1,6 +1,7 @@
 """The training command line on real Pendulum runs, and its one-line errors."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -90,3 +91,28 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
     assert train.main(["--config=pendulum", f"--logdir={logdir}", "--set", "num_agents=3"]) == 2
     assert "num_agents: 10 -> 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_a_checkpoint_and_resume_continues(tmp_path, signum):
+    logdir = tmp_path / "run"
+    args = ["--config=pendulum", f"--logdir={logdir}", "--set", "steps=1000000",
+            "--set", "eval_every=2000", "--set", "num_agents=4", "--set", "eval_episodes=2",
+            "--set", "update_every=4", "--set", "update_epochs=2", "--no-progress"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen([sys.executable, "-m", "batchrl.scripts.train", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    for line in process.stdout:  # Wait until training runs.
+        if line.startswith("step"):
+            break
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, stderr
+    assert "Stopped at step" in stderr and "Run the same command again" in stderr
+    stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
+    assert stopped >= 2000 and (logdir / f"ckpt-{stopped}.index").exists()
+    resumed = _train(*[arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args])
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"(step {stopped:,})" in resumed.stdout
+    assert (logdir / f"ckpt-{stopped + 400}.index").exists()

@@ -2,13 +2,16 @@
 
 The run directory receives the resolved `config.yaml`, checkpoints, and TensorBoard event
 files in `train/` and `eval/`. Running the same command again resumes from the latest
-checkpoint. Ctrl-C saves a checkpoint before it exits.
+checkpoint. Ctrl-C (SIGINT) or SIGTERM stops training after the current step, saves a
+checkpoint and exits with 128 + the signal number (a second Ctrl-C stops at once).
 """
 
 import argparse
 import os
 import pathlib
+import signal
 import sys
+import threading
 
 from batchrl.scripts import configs
 
@@ -44,7 +47,7 @@ def prepare_logdir(logdir, config):
     os.replace(temporary, path)
 
 
-def train(config, logdir, progress=None, on_phase=None):
+def train(config, logdir, progress=None, on_phase=None, stop=None):
     """Trains `config` in `logdir`, resuming from its latest checkpoint.
 
     Args:
@@ -52,13 +55,18 @@ def train(config, logdir, progress=None, on_phase=None):
       logdir: the run directory.
       progress: show a progress bar (None: only on a terminal).
       on_phase: optional callable receiving each `batchrl.tools.loop.PhaseResult`.
+      stop: optional `threading.Event` that stops training after the current step.
 
     Returns:
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
+
+    Raises:
+      batchrl.tools.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
+        `stop`); a checkpoint of the current step was written first.
     """
     from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import environments
-    from batchrl.tools.loop import Loop
+    from batchrl.tools.loop import Interrupted, Loop
 
     agent_lib.check(config)
     prepare_logdir(logdir, config)
@@ -68,18 +76,18 @@ def train(config, logdir, progress=None, on_phase=None):
         step = agent.step
         loop = Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                     eval_episodes=config.eval_episodes, log_every=config.log_every,
-                    progress=progress)
+                    progress=progress, stop=stop)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
                   flush=True)
         try:
             results = loop.run(on_phase=on_phase)
-        except KeyboardInterrupt:
+        except (Interrupted, KeyboardInterrupt):
             path = loop.save()
-            print(f"\nInterrupted at step {int(step.numpy()):,}; saved {path}. Run the same "
+            print(f"\nStopped at step {int(step.numpy()):,}; saved {path}. Run the same "
                   f"command again to resume.", file=sys.stderr, flush=True)
-            raise
+            raise Interrupted(path) from None
         return loop, results
     finally:
         batch_env.close()
@@ -121,10 +129,26 @@ def main(argv=None):
         return 2
     print(f"Training {config.env} with config {args.config!r} into {args.logdir} "
           f"({config.num_agents} agents, {config.steps:,} steps).", flush=True)
+    from batchrl.tools.loop import Interrupted
+
+    stop = threading.Event()
+    received = []
+
+    def request_stop(signum, frame):
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # A second Ctrl-C: stop now.
+        received.append(signum)
+        stop.set()
+
+    previous = {signum: signal.signal(signum, request_stop)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        loop, results = train(config, args.logdir, progress=args.progress)
-    except KeyboardInterrupt:
-        return 130
+        loop, results = train(config, args.logdir, progress=args.progress, stop=stop)
+    except Interrupted:
+        return 128 + (received[0] if received else signal.SIGINT)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     evals = [result for result in results if result.name == "eval"]
     trains = [result for result in results if result.name == "train"]
     if trains:

@@ -11,6 +11,10 @@ import tqdm
 from batchrl.tools import simulate as simulate_lib
 
 
+class Interrupted(Exception):
+    """Training stopped between two steps because a stop was requested."""
+
+
 @dataclasses.dataclass
 class PhaseResult:
     """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
@@ -66,6 +70,8 @@ class Loop:
       log_every: environment steps between train summaries.
       keep_checkpoints: number of checkpoints kept.
       progress: show a progress bar (None: only when the output is a terminal).
+      stop: optional `threading.Event`; once set, `run` raises `Interrupted` after the
+        current step (so a signal handler can stop training at a consistent point).
 
     Raises:
       ValueError: for non-positive `steps`, `eval_every` or `log_every`.
@@ -73,7 +79,7 @@ class Loop:
 
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                  steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
-                 progress=None):
+                 progress=None, stop=None):
         for name, value in (("steps", steps), ("eval_every", eval_every),
                             ("log_every", log_every)):
             if value <= 0:
@@ -88,6 +94,7 @@ class Loop:
         self._eval_episodes = int(eval_episodes)
         self._log_every = int(log_every)
         self._progress = progress
+        self._stop = stop
         self._checkpoint = checkpoint
         self._restored = False
         self._manager = tf.train.CheckpointManager(
@@ -149,6 +156,9 @@ class Loop:
 
         Returns:
           list of `PhaseResult`s of this call.
+
+        Raises:
+          Interrupted: the `stop` event was set; the step counter holds the steps done.
         """
         if not self._restored:
             self.restore()
@@ -188,6 +198,7 @@ class Loop:
         start_step, start_time = step, time.time()
         reset = True
         while step < end:
+            self._check_stop()
             last = step + batch >= end
             log = last or step + batch >= next_log
             if log and not last:
@@ -216,6 +227,7 @@ class Loop:
             running = np.zeros(batch, np.int64)
             reset = True
             while np.isnan(first_score).any():
+                self._check_stop()
                 done, score = function(tf.constant(False), tf.constant(reset))
                 reset = False
                 steps += batch
@@ -234,6 +246,10 @@ class Loop:
         writer.flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
+
+    def _check_stop(self):
+        if self._stop is not None and self._stop.is_set():
+            raise Interrupted(f"stopped at step {int(self._step.numpy()):,}")
 
     @staticmethod
     def _collect(done, score, running, scores, lengths):
