@@ -1,6 +1,7 @@
 """Loop phases, summaries, checkpoints and resume, with BatchPPO on MockEnvironment."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from batchrl.algorithms.ppo import PPO
@@ -75,3 +76,26 @@ def test_resume_restores_and_continues(tmp_path):
     results = loop.run()
     assert [r.global_step for r in results] == [80, 80]
     assert [s for s, _ in _scalars(tmp_path / "eval", "mean_score")] == [40, 80]
+
+
+def test_weights_with_nan_are_never_saved_over_a_good_checkpoint(tmp_path):
+    loop, algo, step = _loop(tmp_path, steps=40)
+    loop.run()
+    good = loop.manager.latest_checkpoint
+    weights = algo.networks.policy.trainable_variables[0]
+    weights.assign(np.full(weights.shape, np.nan, np.float32))
+    step.assign(60)
+    with pytest.raises(FloatingPointError, match="non-finite values in .*policy"):
+        loop.save()
+    assert loop.manager.latest_checkpoint == good
+    assert not list(tmp_path.glob("ckpt-60*"))
+
+
+def test_random_generator_state_is_restored(tmp_path):
+    loop, algo, _ = _loop(tmp_path, steps=40)
+    loop.run()
+    state = algo.checkpoint_state["random"].state.numpy().copy()
+    loop, algo, _ = _loop(tmp_path, steps=40, seed=9)
+    assert not np.array_equal(algo.checkpoint_state["random"].state.numpy(), state)
+    loop.restore()
+    np.testing.assert_array_equal(algo.checkpoint_state["random"].state.numpy(), state)

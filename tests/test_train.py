@@ -116,3 +116,15 @@ def test_signal_saves_a_checkpoint_and_resume_continues(tmp_path, signum):
     assert resumed.returncode == 0, resumed.stderr
     assert f"(step {stopped:,})" in resumed.stdout
     assert (logdir / f"ckpt-{stopped + 400}.index").exists()
+
+
+def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_path):
+    args = ["--config=pendulum", f"--logdir={tmp_path}", *TINY,
+            "--set", "env=tests.nan_environment:NanAfterSteps",
+            "--set", "env_kwargs={steps: 30}", "--set", "steps=1000"]
+    result = _train(*args)
+    assert result.returncode == 1, result.stderr
+    assert "error: training failed" in result.stderr
+    assert "error: training failed at step" in result.stderr
+    assert "env 0 returned a non-finite observation" in result.stderr, result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr.split("error:")[0]

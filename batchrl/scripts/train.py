@@ -129,7 +129,7 @@ def main(argv=None):
         return 2
     print(f"Training {config.env} with config {args.config!r} into {args.logdir} "
           f"({config.num_agents} agents, {config.steps:,} steps).", flush=True)
-    from batchrl.tools.loop import Interrupted
+    from batchrl.tools.loop import EnvironmentFailed, Interrupted
 
     stop = threading.Event()
     received = []
@@ -146,6 +146,11 @@ def main(argv=None):
         loop, results = train(config, args.logdir, progress=args.progress, stop=stop)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
+    except (EnvironmentFailed, FloatingPointError) as error:
+        # A crashed worker, a NaN observation, diverged weights: the latest checkpoint is
+        # left as it was.
+        print(f"error: training failed {error}", file=sys.stderr)
+        return 1
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

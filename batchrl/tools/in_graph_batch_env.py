@@ -34,6 +34,7 @@ class InGraphBatchEnv:
 
     def __init__(self, batch_env):
         self._batch_env = batch_env
+        self._error = None
         observation_space = batch_env.observation_space
         action_space = batch_env.action_space
         if not isinstance(observation_space, gym.spaces.Box):
@@ -151,11 +152,29 @@ class InGraphBatchEnv:
         with tf.control_dependencies(assigns):
             return tf.identity(observ)
 
+    @property
+    def error(self):
+        """The last exception an environment call inside the graph raised, or None.
+
+        `tf.numpy_function` turns such exceptions into `tf.errors.OpError`s with the
+        traceback in the message; this keeps the original (e.g. a `WorkerError` naming the
+        environment) for callers that want to re-raise it.
+        """
+        return self._error
+
     def _step(self, action):
-        observ, reward, terminated, truncated, _ = self._batch_env.step(action)
+        try:
+            observ, reward, terminated, truncated, _ = self._batch_env.step(action)
+        except Exception as error:
+            self._error = error
+            raise
         return (np.asarray(observ, np.float32), np.asarray(reward, np.float32),
                 np.asarray(terminated, bool), np.asarray(truncated, bool))
 
     def _reset(self, indices):
-        observ, _ = self._batch_env.reset(indices.tolist())
+        try:
+            observ, _ = self._batch_env.reset(indices.tolist())
+        except Exception as error:
+            self._error = error
+            raise
         return np.asarray(observ, np.float32)

@@ -15,6 +15,11 @@ class Interrupted(Exception):
     """Training stopped between two steps because a stop was requested."""
 
 
+class EnvironmentFailed(RuntimeError):
+    """An environment raised inside a step (e.g. a crashed worker, a NaN observation); the
+    message is the environment's error, which is also the `__cause__`."""
+
+
 @dataclasses.dataclass
 class PhaseResult:
     """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
@@ -141,7 +146,18 @@ class Loop:
         return path
 
     def save(self):
-        """Writes a checkpoint at the current global step; returns its path."""
+        """Writes a checkpoint at the current global step; returns its path.
+
+        Raises:
+          FloatingPointError: a variable holds NaN or infinite values; nothing is written,
+            so the last good checkpoint stays the latest.
+        """
+        bad = _non_finite_variables(self._checkpoint)
+        if bad:
+            raise FloatingPointError(
+                f"not saving a checkpoint at step {int(self._step.numpy()):,}: non-finite "
+                f"values in {', '.join(bad[:5])}; the latest checkpoint is "
+                f"{self._manager.latest_checkpoint}")
         path = self._manager.save(checkpoint_number=int(self._step.numpy()))
         for writer in self._writers.values():
             writer.flush()
@@ -159,6 +175,8 @@ class Loop:
 
         Raises:
           Interrupted: the `stop` event was set; the step counter holds the steps done.
+          EnvironmentFailed: an environment raised; the latest checkpoint is untouched.
+          FloatingPointError: a checkpoint would have held non-finite values.
         """
         if not self._restored:
             self.restore()
@@ -203,7 +221,7 @@ class Loop:
             log = last or step + batch >= next_log
             if log and not last:
                 next_log += self._log_every
-            done, score = function(tf.constant(log), tf.constant(reset))
+            done, score = self._call(function, log, reset)
             reset = False
             step += batch
             self._collect(done.numpy(), score.numpy(), running, scores, lengths)
@@ -228,7 +246,7 @@ class Loop:
             reset = True
             while np.isnan(first_score).any():
                 self._check_stop()
-                done, score = function(tf.constant(False), tf.constant(reset))
+                done, score = self._call(function, False, reset)
                 reset = False
                 steps += batch
                 running += 1
@@ -246,6 +264,17 @@ class Loop:
         writer.flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
+
+    def _call(self, function, log, reset):
+        """Calls a step function; an environment's error becomes `EnvironmentFailed`."""
+        try:
+            return function(tf.constant(log), tf.constant(reset))
+        except tf.errors.OpError:
+            cause = getattr(self._batch_env, "error", None)
+            if cause is None:
+                raise
+            raise EnvironmentFailed(
+                f"at step {int(self._step.numpy()):,}: {cause}") from cause
 
     def _check_stop(self):
         if self._stop is not None and self._stop.is_set():
@@ -271,3 +300,14 @@ class Loop:
                 f"{phase.name} score {phase.mean_score:9.1f} ({len(phase.scores)} episodes, "
                 f"{phase.steps_per_second:,.0f} steps/s)")
         return "  ".join(parts)
+
+
+def _non_finite_variables(checkpoint):
+    """Names of the float variables under `checkpoint` that hold NaN or infinite values."""
+    names = []
+    for item in tf.train.TrackableView(checkpoint).descendants():
+        if not (hasattr(item, "numpy") and hasattr(item, "dtype")):
+            continue
+        if tf.as_dtype(item.dtype).is_floating and not np.isfinite(item.numpy()).all():
+            names.append(getattr(item, "path", None) or item.name)
+    return names
