@@ -57,3 +57,11 @@ def test_config_file_by_path(tmp_path):
     path.write_text("num_agent: 3\n")
     with pytest.raises(configs.ConfigError, match="unknown config key 'num_agent' in mine.yaml"):
         configs.load(str(path))
+
+
+def test_run_config_of_an_older_run_takes_defaults_for_newer_keys(tmp_path):
+    config = configs.load("pendulum")
+    old = {key: value for key, value in config.items() if key != "worker_timeout"}
+    path = tmp_path / "config.yaml"
+    path.write_text(configs.dump(old))
+    assert configs.read_run_config(path) == config

@@ -18,7 +18,7 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
-             "chunk_length", "batch_size"}
+             "chunk_length", "batch_size", "worker_timeout"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size"}
@@ -176,5 +176,8 @@ def dump(config):
 
 
 def read_run_config(path):
-    """Reads a run's `config.yaml` (written by `dump`) without layering; returns `Config`."""
-    return Config(_read(path))
+    """Reads a run's `config.yaml` (written by `dump`); returns `Config`.
+
+    Keys added to `default.yaml` after the run was written take their default values.
+    """
+    return Config({**_read(CONFIG_DIR / "default.yaml"), **_read(path)})

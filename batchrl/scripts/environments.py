@@ -93,7 +93,8 @@ def create_batch(config, num_agents=None, render_mode=None):
         envs = []
         try:
             for index in range(num_agents):
-                envs.append(ExternalProcess(constructor, name=f"env {index} ({config.env})"))
+                envs.append(ExternalProcess(constructor, name=f"env {index} ({config.env})",
+                                            timeout=config.worker_timeout))
         except BaseException:
             for env in envs:
                 env.close()

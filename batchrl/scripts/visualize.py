@@ -57,8 +57,8 @@ def find_run(logdir, checkpoint=None):
         whose latest checkpoint is used; default: the latest checkpoint in `logdir`.
 
     Returns:
-      `(config, path)`: the `Config` read from `logdir/config.yaml` (keys it lacks, added
-      to `configs/default.yaml` later, take their defaults) and the checkpoint prefix.
+      `(config, path)`: the `Config` read from `logdir/config.yaml` (see
+      `configs.read_run_config`) and the checkpoint prefix.
 
     Raises:
       ConfigError: `logdir` is missing or has no `config.yaml`, the config is not valid, or
@@ -71,8 +71,7 @@ def find_run(logdir, checkpoint=None):
     if not config_path.is_file():
         raise configs.ConfigError(
             f"{logdir} holds no config.yaml: is it a run directory of batchrl.scripts.train?")
-    # Keys added to default.yaml after the run was made take their default values.
-    config = configs.Config({**configs.load("default"), **configs.read_run_config(config_path)})
+    config = configs.read_run_config(config_path)
     if checkpoint is None:
         directory = logdir
     elif os.path.isdir(checkpoint):
@@ -173,7 +172,7 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     limit = environments.episode_limit(config)
     limit = min(max_steps, limit) if max_steps else limit
     env = ExternalProcess(functools.partial(_create_env, config.env, limit,
-                                            config.get("env_kwargs")),
+                                            config.env_kwargs),
                           name=f"{config.env} (rendering)")
     batch_env = BatchEnv([env], blocking=False)
     try:
