@@ -1,3 +1,5 @@
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -72,3 +74,25 @@ def test_streaming_normalize_rejects_non_finite_values():
         normalize.update(np.array([1.0, np.nan], np.float32))
     with pytest.raises(ValueError, match="clip"):
         StreamingNormalize((), clip=0.0)
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(
+    batches=st.lists(st.lists(st.floats(-1e3, 1e3, width=32), max_size=8), min_size=1,
+                     max_size=6))
+def test_streaming_statistics_match_numpy_for_any_batches(batches):
+    normalize = StreamingNormalize((), center=True, scale=True)
+    mean = StreamingMean(())
+    for batch in batches:
+        values = np.array(batch, np.float32)
+        normalize.update(values)
+        mean.submit(values)
+    values = np.array([x for batch in batches for x in batch], np.float64)
+    assert int(normalize.count) == len(values) == int(mean.count)
+    if len(values):
+        np.testing.assert_allclose(normalize.mean.numpy(), values.mean(), rtol=1e-5,
+                                   atol=1e-3)
+        np.testing.assert_allclose(mean.value.numpy(), values.mean(), rtol=1e-4, atol=1e-3)
+    if len(values) > 1:
+        np.testing.assert_allclose(normalize.std.numpy(), values.std(ddof=1), rtol=1e-4,
+                                   atol=1e-3)
