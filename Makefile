@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= pendulum
 LOGDIR ?= runs/$(CONFIG)
 
-.PHONY: install train test lint clean
+.PHONY: install train test bench lint clean
 
 install: $(STAMP)
 
@@ -31,6 +31,9 @@ train: install
 
 test: install
 	$(PY) -m pytest -q
+
+bench: install
+	$(PY) scripts/throughput_benchmark.py
 
 lint: install
 	$(PY) -m ruff check batchrl scripts tests

@@ -1,0 +1,846 @@
+"""Environment steps per second of batchrl's stepping paths, side by side with baselines.
+
+    .venv/bin/python scripts/throughput_benchmark.py            # or: make bench
+    .venv/bin/python scripts/throughput_benchmark.py --envs Pendulum-v1 --sizes 8 32 \\
+        --seconds 3 --json /tmp/perf.json --output /tmp/perf.md
+    .venv/bin/python scripts/throughput_benchmark.py --quick --json /tmp/q.json \\
+        --output /tmp/q.md                                     # smoke test, ~1-2 minutes
+
+For every environment id (`--envs`) and every batch size (`--sizes`) it measures, in one
+run and one process, environment steps per second (every environment's step counts) of:
+
+- `single_env`: one environment (built with `batchrl.scripts.environments.create`) stepped
+  in a plain Python loop, reset when its episode ends: the per-core reference. Times
+  `os.cpu_count()` it is the machine's core limit (the limit if stepping were perfectly
+  parallel and free of overhead).
+- `batch_env` / `batch_env_processes`: `BatchEnv` built like training builds it
+  (`environments.create_batch`): in-process with blocking calls, and with one
+  `ExternalProcess` worker per environment stepped with non-blocking calls. Random valid
+  actions; the environments whose episode ended are reset with `BatchEnv.reset(indices)`.
+- `sync_vector_env` / `async_vector_env`: Gymnasium's `SyncVectorEnv` and
+  `AsyncVectorEnv` (forkserver workers, shared memory) of the same environments, random
+  actions sampled from the vector action space. Autoreset is Gymnasium 1.x's default
+  (`NEXT_STEP`): the call after an episode ended resets that environment instead of
+  stepping it; such reset-only entries are not counted as steps.
+- `simulate_mock` / `simulate_mock_processes`: `batchrl.tools.simulate` with
+  `MockAlgorithm` (random actions), one `tf.function` call per step as `batchrl.tools.loop`
+  does, on the in-process and on the `ExternalProcess` `BatchEnv`.
+- `ppo_inference`: the same with BatchPPO (`batchrl.scripts.agent.build` from the config of
+  the environment, e.g. `pendulum` or `cheetah`, with `num_agents` overridden and
+  in-process environments), `is_training` false: the mean action, nothing recorded.
+- `ppo_training`: the same with `is_training` true and the config's update schedule,
+  summaries written as in training; the wall time includes the PPO updates. The timed
+  window starts with new episodes for all agents and an empty memory and, once the time
+  budget is over, runs on until the end of the next update (at least `--min-updates`), so
+  that it spans whole collect-and-update cycles.
+
+Each measurement builds its environments (the setup time is reported), warms up for
+`--warmup` seconds (at least two calls; the first `tf.function` call, which traces, is part
+of the warm-up), then counts the steps of `--seconds` seconds of wall-clock time, and closes
+everything it started. Ratios are taken against baselines of the same run: the single
+environment (per core), the core limit, and per row a baseline named in `BASELINES` (e.g.
+`simulate_mock` against `batch_env`, `simulate_mock_processes` against
+`async_vector_env`). Absolute figures drift between runs and with other load on the
+machine: compare ratios within one run.
+
+Writes a JSON file (`--json`, default docs/performance.json) and a Markdown report
+(`--output`, default docs/performance.md) with the machine, the date, the command, every
+figure and the ratios. TensorFlow is imported only by the measurements that need it, so
+that worker processes importing this module stay light.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+import itertools
+import json
+import multiprocessing
+import os
+import pathlib
+import platform
+import shlex
+import sys
+import tempfile
+import time
+import types
+
+import gymnasium as gym
+import numpy as np
+
+from batchrl.scripts import configs, environments
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
+
+# Measurement kinds, in report order, with their descriptions.
+KINDS = {
+    "single_env": "1 env, plain Python loop (per-core reference)",
+    "batch_env": "BatchEnv, in-process (blocking)",
+    "batch_env_processes": "BatchEnv, ExternalProcess workers (non-blocking)",
+    "sync_vector_env": "Gymnasium SyncVectorEnv",
+    "async_vector_env": "Gymnasium AsyncVectorEnv (forkserver)",
+    "simulate_mock": "simulate + MockAlgorithm, in-process BatchEnv",
+    "simulate_mock_processes": "simulate + MockAlgorithm, ExternalProcess BatchEnv",
+    "ppo_inference": "simulate + BatchPPO inference (is_training false)",
+    "ppo_training": "simulate + BatchPPO training, updates included",
+}
+
+# The baseline of each batched kind: the same environments and batch size, same run.
+BASELINES = {
+    "batch_env": "sync_vector_env",
+    "batch_env_processes": "async_vector_env",
+    "simulate_mock": "batch_env",
+    "simulate_mock_processes": "async_vector_env",
+    "ppo_inference": "simulate_mock",
+    "ppo_training": "ppo_inference",
+}
+
+# The config that BatchPPO is built from, per environment id (see `config_name`).
+CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah"}
+
+DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5"], sizes=[8, 32, 128], seconds=5.0,
+                warmup=1.0, min_updates=1)
+QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5"], sizes=[2, 4], seconds=0.3, warmup=0.1,
+             min_updates=0)
+
+# Random actions are drawn once, before timing, and cycled through.
+ACTION_POOL = 64
+# Environment steps per timed call in the single-environment loop (keeps the clock cheap).
+SINGLE_ENV_CHUNK = 32
+
+
+@dataclasses.dataclass
+class Measurement:
+    """One timed run.
+
+    Attributes:
+      kind: a key of `KINDS`.
+      env: the Gymnasium id.
+      num_envs: the batch size (1 for `single_env`).
+      steps: environment steps in the timed window (every environment's step counts).
+      seconds: wall-clock seconds of the timed window.
+      calls: timed calls (batch steps; `SINGLE_ENV_CHUNK` steps each for `single_env`).
+      setup_seconds: wall-clock seconds to build the environments (and agent), before the
+        warm-up.
+      updates: PPO updates inside the timed window (`ppo_training` only, else None).
+    """
+
+    kind: str
+    env: str
+    num_envs: int
+    steps: int
+    seconds: float
+    calls: int
+    setup_seconds: float
+    updates: int | None = None
+
+    @property
+    def steps_per_second(self):
+        """Environment steps per wall-clock second (float)."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+# Helpers.
+
+
+def _warm_up(call, warmup):
+    """Calls `call()` at least twice and for at least `warmup` wall-clock seconds."""
+    call()
+    call()
+    end = time.perf_counter() + warmup
+    while time.perf_counter() < end:
+        call()
+
+
+def _run_timed(call, seconds, warmup):
+    """Calls `call()` for `warmup` seconds (at least twice), then for `seconds` seconds.
+
+    Args:
+      call: zero-argument callable returning the environment steps it took (int).
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `(steps, elapsed, calls)` of the timed part: environment steps, wall-clock seconds
+      (at least `seconds`; the last call is finished), calls.
+    """
+    _warm_up(call, warmup)
+    steps = calls = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while True:
+        steps += call()
+        calls += 1
+        now = time.perf_counter()
+        if now >= end:
+            return steps, now - start, calls
+
+
+def _action_pool(space, shape, seed=0):
+    """`ACTION_POOL` random actions of `space`, each reshaped to `shape` (a batch or one).
+
+    Args:
+      space: a Gymnasium space; actions are drawn with `space.sample()` (uniform within a
+        bounded `Box`, uniform among the choices of a `Discrete`).
+      shape: None to keep `space`'s samples, else the batch size `B`: samples of the single
+        environment's space are stacked to `[B, *action_shape]`.
+
+    Returns:
+      list of `ACTION_POOL` actions (NumPy arrays or scalars).
+    """
+    space.seed(seed)
+    if shape is None:
+        return [space.sample() for _ in range(ACTION_POOL)]
+    return [np.stack([space.sample() for _ in range(shape)]) for _ in range(ACTION_POOL)]
+
+
+def env_config(env_id, num_envs, processes):
+    """The default config for `env_id` with `num_envs` agents (`configs.Config`).
+
+    Raises:
+      ConfigError: an unknown environment id.
+    """
+    config = configs.load("default", {"env": env_id, "num_agents": num_envs,
+                                      "env_processes": processes})
+    environments.check_env_id(env_id)
+    return config
+
+
+def config_name(env_id):
+    """The config BatchPPO is built from for `env_id`: `CONFIG_NAMES`, else the first
+    shipped config (sorted by name) whose `env` is `env_id`, else `default`."""
+    if env_id in CONFIG_NAMES:
+        return CONFIG_NAMES[env_id]
+    for name in configs.available():
+        if configs.load(name).env == env_id:
+            return name
+    return "default"
+
+
+@contextlib.contextmanager
+def _batch_env(config):
+    """The config's `BatchEnv` (as training builds it), closed on exit; yields
+    `(batch_env, setup_seconds)`."""
+    start = time.perf_counter()
+    batch_env = environments.create_batch(config)
+    try:
+        yield batch_env, time.perf_counter() - start
+    finally:
+        batch_env.close()
+
+
+@contextlib.contextmanager
+def _forkserver_without_main():
+    """Starts forkserver workers without this process's `__main__` module.
+
+    Forkserver children re-import the parent's main module (this script, or `<stdin>`,
+    which fails); Gymnasium's workers need nothing from it (their constructors are pickled
+    by reference or with cloudpickle), so it is hidden while they start, as
+    `batchrl.tools.wrappers.ExternalProcess` does. The fork server, if this starts it,
+    preloads the module of batchrl's workers (Gymnasium, NumPy), as `ExternalProcess` would.
+    """
+    multiprocessing.get_context("forkserver").set_forkserver_preload(
+        ["batchrl.tools.wrappers"])
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
+
+
+def _step_function(batch_env, algo, writer=None, step=None):
+    """One `simulate` step as a `tf.function(log, reset)`, as `batchrl.tools.loop` makes it.
+
+    Args:
+      batch_env: an `InGraphBatchEnv`.
+      algo: the algorithm.
+      writer: optional summary writer, the default writer inside the function.
+      step: optional int64 variable: the summaries' step, increased by the batch size per
+        call.
+
+    Returns:
+      `tf.function` taking two bool scalars `(log, reset)` and returning `(done, score)`.
+    """
+    import tensorflow as tf
+
+    from batchrl.tools import simulate as simulate_lib
+
+    simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
+    batch = len(batch_env)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
+    def step_function(log, reset):
+        summaries = writer.as_default(step=step) if writer else contextlib.nullcontext()
+        with summaries:
+            done, score = simulate_lib.simulate(batch_env, algo, log, reset)
+        if step is not None:
+            with tf.control_dependencies([done, score]):
+                step.assign_add(batch)
+        return done, score
+
+    return step_function
+
+
+def _simulate_call(function, batch):
+    """A `_run_timed` call: one step function call without logging or forced reset."""
+    import tensorflow as tf
+
+    false = tf.constant(False)
+
+    def call():
+        done, _ = function(false, false)
+        done.numpy()
+        return batch
+
+    return call
+
+
+# Measurements: one function per kind.
+
+
+def measure_single_env(env_id, seconds, warmup):
+    """Steps one environment in a plain Python loop, random actions, reset when its episode
+    ends (terminated or truncated by the time limit).
+
+    Args:
+      env_id: a Gymnasium id.
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `single_env`: environment steps per second of one core.
+    """
+    start = time.perf_counter()
+    env = environments.create(env_id)
+    setup = time.perf_counter() - start
+    try:
+        actions = itertools.cycle(_action_pool(env.action_space, None))
+        env.reset(seed=0)
+
+        def call():
+            step, reset = env.step, env.reset
+            for _ in range(SINGLE_ENV_CHUNK):
+                _, _, terminated, truncated, _ = step(next(actions))
+                if terminated or truncated:
+                    reset()
+            return SINGLE_ENV_CHUNK
+
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    finally:
+        env.close()
+    return Measurement("single_env", env_id, 1, steps, elapsed, calls, setup)
+
+
+def measure_batch_env(env_id, num_envs, processes, seconds, warmup):
+    """Steps a `BatchEnv` from Python with random valid actions; the environments whose
+    episode ended are reset with `BatchEnv.reset(indices)`.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size.
+      processes: False for in-process environments stepped with blocking calls; True for
+        `ExternalProcess` workers stepped with non-blocking calls.
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `batch_env` or `batch_env_processes`, in environment steps per
+      second of the whole batch.
+    """
+    kind = "batch_env_processes" if processes else "batch_env"
+    with _batch_env(env_config(env_id, num_envs, processes)) as (batch_env, setup):
+        actions = itertools.cycle(_action_pool(batch_env.action_space, num_envs))
+
+        def call():
+            _, _, terminated, truncated, _ = batch_env.step(next(actions))
+            done = terminated | truncated
+            if done.any():
+                batch_env.reset(np.flatnonzero(done))
+            return num_envs
+
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
+
+
+def measure_gymnasium_vector(env_id, num_envs, asynchronous, seconds, warmup):
+    """Steps Gymnasium's `SyncVectorEnv` or `AsyncVectorEnv` with random actions from the
+    vector action space.
+
+    The environments are built like batchrl builds them (`environments.create`: time limit,
+    actions in [-1, 1], float32 observations). Autoreset is Gymnasium 1.x's `NEXT_STEP`:
+    after an episode ended, the next call resets that environment (its action is ignored);
+    these reset-only entries are not counted as steps. `AsyncVectorEnv` starts its workers
+    with `forkserver` (never `fork`: this process may have TensorFlow loaded) and uses
+    shared memory for the observations.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the number of environments.
+      asynchronous: True for `AsyncVectorEnv` (one worker process per environment), False
+        for `SyncVectorEnv`.
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `async_vector_env` or `sync_vector_env`, in environment steps
+      per second of all environments.
+    """
+    limit = environments.episode_limit(env_config(env_id, num_envs, False))
+    constructors = [functools.partial(environments.create, env_id, limit)] * num_envs
+    start = time.perf_counter()
+    if asynchronous:
+        kind = "async_vector_env"
+        with _forkserver_without_main():
+            envs = gym.vector.AsyncVectorEnv(constructors, context="forkserver")
+    else:
+        kind = "sync_vector_env"
+        envs = gym.vector.SyncVectorEnv(constructors)
+    try:
+        envs.reset(seed=0)
+        setup = time.perf_counter() - start
+        actions = itertools.cycle(_action_pool(envs.action_space, None))
+        autoreset = np.zeros(num_envs, bool)
+
+        def call():
+            nonlocal autoreset
+            _, _, terminated, truncated, _ = envs.step(next(actions))
+            stepped = num_envs - int(autoreset.sum())
+            autoreset = np.logical_or(terminated, truncated)
+            return stepped
+
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    except BaseException:
+        envs.close(terminate=True)  # Workers may be mid-step: do not wait for them.
+        raise
+    envs.close()
+    return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
+
+
+def measure_simulate_mock(env_id, num_envs, processes, seconds, warmup):
+    """Steps `simulate` with `MockAlgorithm` (random valid actions), one `tf.function` call
+    per batch step, as `batchrl.tools.loop` calls it.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size.
+      processes: False for the in-process `BatchEnv`, True for `ExternalProcess` workers.
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `simulate_mock` or `simulate_mock_processes`, in environment
+      steps per second of the whole batch.
+    """
+    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+    from batchrl.tools.mock_algorithm import MockAlgorithm
+
+    kind = "simulate_mock_processes" if processes else "simulate_mock"
+    with _batch_env(env_config(env_id, num_envs, processes)) as (batch_env, setup):
+        start = time.perf_counter()
+        in_graph = InGraphBatchEnv(batch_env)
+        function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0))
+        setup += time.perf_counter() - start
+        steps, elapsed, calls = _run_timed(_simulate_call(function, num_envs), seconds, warmup)
+    return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
+
+
+def _agent_config(env_id, num_envs, overrides):
+    """BatchPPO's config for `env_id` (in-process environments) and the module that builds
+    the agent (imported here: it imports TensorFlow)."""
+    from batchrl.scripts import agent as agent_lib
+
+    config = configs.load(config_name(env_id), {
+        "env": env_id, "num_agents": num_envs, "env_processes": False, **(overrides or {})})
+    agent_lib.check(config)
+    return config, agent_lib
+
+
+def measure_ppo_inference(env_id, num_envs, seconds, warmup, overrides=None):
+    """Steps `simulate` with BatchPPO acting (mean action), learning off.
+
+    The agent is built with `batchrl.scripts.agent.build` from the environment's config
+    (`config_name`) with `num_agents` overridden and in-process environments.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size (`num_agents`).
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
+      overrides: optional dict of further config overrides.
+
+    Returns:
+      `Measurement` of kind `ppo_inference`, in environment steps per second.
+    """
+    config, agent_lib = _agent_config(env_id, num_envs, overrides)
+    with _batch_env(config) as (batch_env, setup):
+        start = time.perf_counter()
+        agent = agent_lib.build(config, batch_env)
+        agent.is_training.assign(False)
+        agent.should_log.assign(False)
+        function = _step_function(agent.batch_env, agent.algo)
+        setup += time.perf_counter() - start
+        steps, elapsed, calls = _run_timed(_simulate_call(function, num_envs), seconds, warmup)
+    return Measurement("ppo_inference", env_id, num_envs, steps, elapsed, calls, setup)
+
+
+def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_seconds=600.0,
+                         overrides=None):
+    """Trains BatchPPO through `simulate` (sampled actions, learning on, the config's update
+    schedule, summaries to a temporary directory as in training); updates are timed too.
+
+    The agent is built as in `measure_ppo_inference`. The warm-up (which traces) runs with
+    learning off, so the timed window starts with an empty memory; its first call begins
+    new episodes for all agents. Summaries are logged every `log_every` steps, as the
+    training loop does. Once `seconds` have passed, the window runs on until the end of the
+    call that completes an update (and at least `min_updates` updates), so that it spans
+    whole collect-and-update cycles; with `min_updates=0` it ends after `seconds`.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size (`num_agents`).
+      seconds: the minimal timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
+      min_updates: the minimal number of PPO updates in the timed window.
+      max_seconds: the window ends after this many wall-clock seconds in any case (then
+        possibly with fewer than `min_updates` updates, or not at an update's end).
+      overrides: optional dict of further config overrides (e.g. a shorter schedule).
+
+    Returns:
+      `Measurement` of kind `ppo_training`, in environment steps per second including the
+      updates; `updates` is the number of PPO updates in the timed window.
+    """
+    import tensorflow as tf
+
+    config, agent_lib = _agent_config(env_id, num_envs, overrides)
+    with (_batch_env(config) as (batch_env, setup),
+          tempfile.TemporaryDirectory(prefix="batchrl-bench-") as logdir):
+        start = time.perf_counter()
+        agent = agent_lib.build(config, batch_env)
+        writer = tf.summary.create_file_writer(logdir)
+        function = _step_function(agent.batch_env, agent.algo, writer, agent.step)
+        iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations
+        setup += time.perf_counter() - start
+        # Warm-up with learning off: traces, and leaves the memory empty.
+        agent.is_training.assign(False)
+        agent.should_log.assign(False)
+        _warm_up(_simulate_call(function, num_envs), warmup)
+        agent.is_training.assign(True)
+        agent.should_log.assign(True)
+        true, false = tf.constant(True), tf.constant(False)
+        adam_steps = int(iterations.numpy())
+        steps = calls = updates = 0
+        next_log = config.log_every
+        reset = true
+        start = time.perf_counter()
+        end, deadline = start + seconds, start + max(seconds, max_seconds)
+        try:
+            while True:
+                log = steps + num_envs >= next_log
+                if log:
+                    next_log += config.log_every
+                done, _ = function(true if log else false, reset)
+                reset = false
+                steps += num_envs
+                calls += 1
+                updated = False
+                if done.numpy().any():  # Updates happen only when episodes end.
+                    count = int(iterations.numpy())
+                    updated, adam_steps = count != adam_steps, count
+                    updates += updated
+                now = time.perf_counter()
+                if now >= end and (min_updates <= 0 or updated and updates >= min_updates):
+                    break
+                if now >= deadline:
+                    break
+        finally:
+            writer.close()
+    return Measurement("ppo_training", env_id, num_envs, steps, now - start, calls, setup,
+                       updates)
+
+
+# The benchmark and its report.
+
+
+def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
+                  log=print):
+    """Runs every measurement for every environment id and batch size.
+
+    Args:
+      envs: Gymnasium ids.
+      sizes: batch sizes.
+      seconds, warmup: the timed budget and the warm-up of each measurement, in seconds.
+      min_updates, max_train_seconds: see `measure_ppo_training`.
+      log: callable receiving one line of progress per measurement.
+
+    Returns:
+      list of `Measurement`s.
+    """
+    results = []
+
+    def record(measurement):
+        results.append(measurement)
+        extra = f", {measurement.updates} updates" if measurement.updates is not None else ""
+        log(f"{measurement.env:>16} {measurement.num_envs:>4} {measurement.kind:<24}"
+            f"{measurement.steps_per_second:>12,.0f} steps/s  (setup "
+            f"{measurement.setup_seconds:.1f} s{extra})")
+
+    timing = dict(seconds=seconds, warmup=warmup)
+    for env_id in envs:
+        record(measure_single_env(env_id, **timing))
+        for size in sizes:
+            record(measure_batch_env(env_id, size, False, **timing))
+            record(measure_batch_env(env_id, size, True, **timing))
+            record(measure_gymnasium_vector(env_id, size, False, **timing))
+            record(measure_gymnasium_vector(env_id, size, True, **timing))
+            record(measure_simulate_mock(env_id, size, False, **timing))
+            record(measure_simulate_mock(env_id, size, True, **timing))
+            record(measure_ppo_inference(env_id, size, **timing))
+            record(measure_ppo_training(env_id, size, min_updates=min_updates,
+                                        max_seconds=max_train_seconds, **timing))
+    return results
+
+
+def machine_info():
+    """The machine and software versions (dict of str and int)."""
+    import mujoco
+    import tensorflow as tf
+
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "gymnasium": gym.__version__,
+        "mujoco": mujoco.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def build_report(measurements, settings, command, machine=None, date=None):
+    """The report: machine, date, command, settings and one row per measurement with ratios.
+
+    Each row holds the `Measurement`'s fields, `steps_per_second`, and the ratios
+    `vs_single_env` (against one environment in a plain loop, per core), `vs_core_limit`
+    (against that times `cpu_count`), `baseline` (a kind, see `BASELINES`, or None) and
+    `vs_baseline` (against that kind's figure for the same environment and size; None when
+    the baseline was not measured). `core_limit` holds, per environment, the single
+    environment's steps/s times `os.cpu_count()` (`core_limit_factor`).
+
+    Args:
+      measurements: `Measurement`s.
+      settings: dict of the benchmark's settings (recorded as they are).
+      command: the command line (str).
+      machine: `machine_info()` (measured now if None).
+      date: ISO date and time (now if None).
+
+    Returns:
+      dict, JSON-serializable.
+    """
+    machine = machine or machine_info()
+    cpu_count = machine["cpu_count"] or 1
+    figures = {(m.env, m.kind, m.num_envs): m.steps_per_second for m in measurements}
+    single = {m.env: m.steps_per_second for m in measurements if m.kind == "single_env"}
+    rows = []
+    for m in measurements:
+        rate = m.steps_per_second
+        baseline = BASELINES.get(m.kind)
+        reference = figures.get((m.env, baseline, m.num_envs))
+        per_core = single.get(m.env)
+        rows.append({
+            **dataclasses.asdict(m),
+            "steps_per_second": rate,
+            "vs_single_env": rate / per_core if per_core else None,
+            "vs_core_limit": rate / (per_core * cpu_count) if per_core else None,
+            "baseline": baseline,
+            "vs_baseline": rate / reference if reference else None,
+        })
+    return {
+        "date": date or datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command,
+        "machine": machine,
+        "settings": settings,
+        "core_limit_factor": {"value": cpu_count, "source": "os.cpu_count()"},
+        "core_limit": {env: rate * cpu_count for env, rate in single.items()},
+        "kinds": KINDS,
+        "rows": rows,
+    }
+
+
+def write_json(report, path):
+    """Writes the report as JSON to `path` (parent directories are created)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _ratio(value):
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def markdown(report):
+    """The report as Markdown (str): header, a steps/s overview per environment (kinds ×
+    sizes) and a table of every figure with its ratios."""
+    machine, settings = report["machine"], report["settings"]
+    cores = machine["cpu_count"]
+    lines = [
+        "# Throughput: environment steps per second",
+        "",
+        f"Measured {report['date']} with `{report['command']}`.",
+        "",
+        f"Machine: {cores} CPUs (`os.cpu_count()`), {machine['cpu']}; {machine['platform']}; "
+        f"Python {machine['python']}, TensorFlow {machine['tensorflow']}, Gymnasium "
+        f"{machine['gymnasium']}, MuJoCo {machine['mujoco']}, NumPy {machine['numpy']}.",
+        "",
+        f"Settings: {settings['seconds']:g} s timed per measurement after {settings['warmup']:g} s "
+        f"of warm-up (the first `tf.function` call, which traces, is part of it); "
+        + (f"`ppo_training` runs on to the end of an update, at least "
+           f"{settings['min_updates']} in the window."
+           if settings["min_updates"] > 0 else "`ppo_training` is not required to update.")
+        + (
+            " **Quick mode: a smoke test with tiny sizes and times, not a measurement.**"
+            if settings.get("quick") else ""),
+        "",
+        "Steps count every environment's step. `× 1 env` compares with one environment "
+        f"stepped in a plain Python loop (per core); `× {cores}-core limit` with that times "
+        f"`os.cpu_count()` = {cores}, the bound for perfectly parallel, overhead-free "
+        "stepping. `vs baseline` compares with the named row of the same environments and "
+        "size in the same run. Absolute figures drift with the load of the machine: compare "
+        "within one run.",
+        "",
+        "| kind | what |",
+        "|---|---|",
+    ]
+    lines += [f"| `{kind}` | {text} |" for kind, text in report["kinds"].items()]
+    rows = report["rows"]
+    for env in dict.fromkeys(row["env"] for row in rows):
+        env_rows = [row for row in rows if row["env"] == env]
+        single = [row for row in env_rows if row["kind"] == "single_env"]
+        batched = [row for row in env_rows if row["kind"] != "single_env"]
+        sizes = sorted({row["num_envs"] for row in batched})
+        lines += ["", f"## {env}", ""]
+        if single:
+            rate = single[0]["steps_per_second"]
+            lines += [f"One environment in a plain loop: **{rate:,.0f} steps/s** per core; "
+                      f"{cores}-core limit {rate * cores:,.0f} steps/s.", ""]
+        lines += ["Steps/s:", "",
+                  "| kind | " + " | ".join(f"{size} envs" for size in sizes) + " |",
+                  "|---|" + "---:|" * len(sizes)]
+        by_key = {(row["kind"], row["num_envs"]): row for row in batched}
+        for kind in KINDS:
+            if not any((kind, size) in by_key for size in sizes):
+                continue
+            cells = [f"{by_key[kind, size]['steps_per_second']:,.0f}"
+                     if (kind, size) in by_key else "–" for size in sizes]
+            lines.append(f"| `{kind}` | " + " | ".join(cells) + " |")
+        lines += ["", "Every figure:", "",
+                  f"| envs | kind | steps/s | × 1 env | × {cores}-core limit | vs baseline "
+                  "| calls | s timed | setup s | updates |",
+                  "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+        order = {kind: index for index, kind in enumerate(KINDS)}
+        for row in sorted(env_rows, key=lambda r: (r["num_envs"], order.get(r["kind"], 99))):
+            baseline = ("–" if row["baseline"] is None
+                        else f"{_ratio(row['vs_baseline'])} `{row['baseline']}`")
+            updates = "" if row["updates"] is None else str(row["updates"])
+            lines.append(
+                f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} | "
+                f"{_ratio(row['vs_single_env'])} | {_ratio(row['vs_core_limit'])} | "
+                f"{baseline} | {row['calls']:,} | {row['seconds']:.2f} | "
+                f"{row['setup_seconds']:.2f} | {updates} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(report, path):
+    """Writes `markdown(report)` to `path` (parent directories are created)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown(report))
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        description="Environment steps per second of BatchEnv, ExternalProcess, simulate "
+                    "and BatchPPO against a single environment, the core limit and "
+                    "Gymnasium's vector environments. Writes JSON and Markdown.")
+    parser.add_argument("--envs", nargs="+", metavar="ID",
+                        help=f"Gymnasium ids (default: {' '.join(DEFAULTS['envs'])})")
+    parser.add_argument("--sizes", nargs="+", type=int, metavar="N",
+                        help="batch sizes (default: "
+                             f"{' '.join(map(str, DEFAULTS['sizes']))})")
+    parser.add_argument("--seconds", type=float,
+                        help=f"timed seconds per measurement (default: {DEFAULTS['seconds']:g})")
+    parser.add_argument("--warmup", type=float,
+                        help=f"warm-up seconds per measurement (default: {DEFAULTS['warmup']:g})")
+    parser.add_argument("--min-updates", type=int,
+                        help="PPO updates the training window includes at least "
+                             f"(default: {DEFAULTS['min_updates']})")
+    parser.add_argument("--max-train-seconds", type=float, default=600.0,
+                        help="cap of a training window, in seconds (default: %(default)g)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: sizes {sizes}, {seconds:g} s, {warmup:g} s warm-up, "
+                             "no update required (explicit options win)".format(**{
+                                 **QUICK, "sizes": " ".join(map(str, QUICK["sizes"]))}))
+    parser.add_argument("--json", default="docs/performance.json",
+                        help="JSON output (default: %(default)s)")
+    parser.add_argument("--output", default="docs/performance.md",
+                        help="Markdown output (default: %(default)s)")
+    return parser
+
+
+def _command(argv):
+    executable = pathlib.Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        executable = executable.relative_to(pathlib.Path.cwd())
+    script = pathlib.Path(__file__).resolve()
+    with contextlib.suppress(ValueError):
+        script = script.relative_to(pathlib.Path.cwd())
+    return shlex.join([str(executable), str(script), *argv])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
+    preset = QUICK if args.quick else DEFAULTS
+    settings = {key: getattr(args, key) if getattr(args, key) is not None else value
+                for key, value in preset.items()}
+    settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
+    if any(size <= 0 for size in settings["sizes"]) or settings["seconds"] <= 0:
+        print("error: sizes and seconds must be positive", file=sys.stderr)
+        return 2
+    try:
+        for env_id in settings["envs"]:
+            environments.check_env_id(env_id)
+    except configs.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    command = _command(argv)
+    print(f"{command}: {os.cpu_count()} CPUs; envs {' '.join(settings['envs'])}; sizes "
+          f"{' '.join(map(str, settings['sizes']))}; {settings['seconds']:g} s each.",
+          flush=True)
+    measurements = run_benchmark(
+        settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
+        settings["min_updates"], settings["max_train_seconds"],
+        log=functools.partial(print, flush=True))
+    leftover = multiprocessing.active_children()
+    if leftover:
+        print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)
+    report = build_report(measurements, settings, command)
+    write_json(report, args.json)
+    write_markdown(report, args.output)
+    print(f"Wrote {args.json} and {args.output}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

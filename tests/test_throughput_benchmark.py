@@ -1,0 +1,97 @@
+"""scripts/throughput_benchmark.py in quick mode on Pendulum with 2 environments.
+
+No timing assertions (the machine may be busy): every measurement runs, reports a positive
+rate, closes its worker processes, and the JSON and Markdown reports hold every row.
+"""
+
+import json
+import multiprocessing
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import throughput_benchmark as benchmark  # noqa: E402
+
+ENV = "Pendulum-v1"
+SIZE = 2
+TIMING = dict(seconds=0.2, warmup=0.05)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """Runs the command in quick mode; returns `(report, markdown text)`."""
+    out = tmp_path_factory.mktemp("bench")
+    json_path, markdown_path = out / "performance.json", out / "performance.md"
+    code = benchmark.main([
+        "--quick", "--envs", ENV, "--sizes", str(SIZE), "--seconds", str(TIMING["seconds"]),
+        "--warmup", str(TIMING["warmup"]), "--json", str(json_path),
+        "--output", str(markdown_path)])
+    assert code == 0
+    return json.loads(json_path.read_text()), markdown_path.read_text()
+
+
+def test_every_measurement_reports_positive_rate(quick_run):
+    report, _ = quick_run
+    rows = {(row["kind"], row["num_envs"]): row for row in report["rows"]}
+    expected = {("single_env", 1)} | {
+        (kind, SIZE) for kind in benchmark.KINDS if kind != "single_env"}
+    assert set(rows) == expected
+    for key, row in rows.items():
+        assert row["env"] == ENV
+        assert row["steps"] > 0 and row["seconds"] > 0, key
+        assert row["steps_per_second"] > 0, key
+        assert row["vs_single_env"] > 0 and row["vs_core_limit"] > 0, key
+        if row["baseline"] is not None:
+            assert row["vs_baseline"] > 0, key
+    assert rows["ppo_training", SIZE]["updates"] is not None
+
+
+def test_report_holds_machine_command_and_every_row(quick_run):
+    report, text = quick_run
+    machine = report["machine"]
+    assert machine["cpu_count"] >= 1
+    assert machine["python"] and machine["tensorflow"]
+    assert report["date"] and "--quick" in report["command"]
+    assert report["settings"]["quick"] is True
+    assert report["core_limit"][ENV] > 0
+    assert report["command"] in text and report["date"] in text
+    assert f"{machine['cpu_count']}-core limit" in text
+    for row in report["rows"]:
+        assert f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} |" in text
+
+
+def test_no_worker_process_is_left(quick_run):
+    assert multiprocessing.active_children() == []
+
+
+def test_training_counts_updates_in_the_window():
+    # A short schedule (an update after 2 episodes) so that the window holds an update.
+    measurement = benchmark.measure_ppo_training(
+        ENV, SIZE, min_updates=1, max_seconds=30.0,
+        overrides={"update_every": 2, "update_epochs": 1}, **TIMING)
+    assert measurement.kind == "ppo_training"
+    assert measurement.updates >= 1
+    assert measurement.steps_per_second > 0
+    assert measurement.steps == measurement.calls * SIZE
+
+
+def test_build_report_ratios():
+    rows = [
+        benchmark.Measurement("single_env", ENV, 1, 1000, 1.0, 10, 0.0),
+        benchmark.Measurement("batch_env", ENV, 4, 3000, 1.0, 750, 0.0),
+        benchmark.Measurement("simulate_mock", ENV, 4, 1500, 1.0, 375, 0.0),
+    ]
+    machine = {"cpu_count": 2, "cpu": "test", "platform": "test", "python": "3.11",
+               "tensorflow": "2.21", "gymnasium": "1.4", "mujoco": "4.0", "numpy": "2.4"}
+    report = benchmark.build_report(rows, {"seconds": 1.0, "warmup": 0.1, "min_updates": 1},
+                                    "cmd", machine=machine, date="today")
+    by_kind = {row["kind"]: row for row in report["rows"]}
+    assert by_kind["batch_env"]["vs_single_env"] == pytest.approx(3.0)
+    assert by_kind["batch_env"]["vs_core_limit"] == pytest.approx(1.5)
+    assert by_kind["batch_env"]["vs_baseline"] is None  # SyncVectorEnv was not measured.
+    assert by_kind["simulate_mock"]["baseline"] == "batch_env"
+    assert by_kind["simulate_mock"]["vs_baseline"] == pytest.approx(0.5)
+    assert "| 4 | `simulate_mock` | 1,500 | 1.50× | 0.75× | 0.50× `batch_env` |" in (
+        benchmark.markdown(report))
