@@ -96,10 +96,27 @@ def find_run(logdir, checkpoint=None):
 
 def _create_env(env, max_episode_steps, kwargs):
     """The environment in the worker (module-level, so workers import this module's
-    rendering defaults before they import MuJoCo or pygame)."""
+    rendering defaults before they import MuJoCo or pygame).
+
+    A MuJoCo model with a camera named `track` (Gymnasium's locomotion tasks: it follows
+    the body) is rendered through it unless `env_kwargs` choose a camera: Gymnasium 1.4's
+    default free camera of HalfCheetah-v5 stays in place while the agent runs away.
+    """
     from batchrl.scripts import environments
 
-    return environments.create(env, max_episode_steps, render_mode="rgb_array", kwargs=kwargs)
+    kwargs = dict(kwargs or {})
+    instance = environments.create(
+        env, max_episode_steps, render_mode="rgb_array", kwargs=kwargs)
+    model = getattr(instance.unwrapped, "model", None)
+    if model is None or {"camera_name", "camera_id"} & set(kwargs):
+        return instance
+    import mujoco
+
+    if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") == -1:
+        return instance
+    instance.close()
+    return environments.create(env, max_episode_steps, render_mode="rgb_array",
+                               kwargs={**kwargs, "camera_name": "track"})
 
 
 def restore(agent, path):
