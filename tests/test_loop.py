@@ -63,6 +63,7 @@ def test_resume_restores_and_continues(tmp_path):
     loop, algo, step = _loop(tmp_path, steps=40)
     loop.run()
     weights = [v.numpy() for v in algo.networks.policy.trainable_variables]
+    slots = [v.numpy() for v in algo.checkpoint_state["policy_optimizer"].variables]
     count = int(algo.checkpoint_state["observ_filter"].count)
     penalty = float(algo.checkpoint_state["kl_penalty"].numpy())
 
@@ -70,6 +71,10 @@ def test_resume_restores_and_continues(tmp_path):
     assert loop.restore() is not None
     assert int(step.numpy()) == 40
     for saved, restored in zip(weights, algo.networks.policy.trainable_variables, strict=True):
+        np.testing.assert_array_equal(saved, restored.numpy())
+    restored_slots = algo.checkpoint_state["policy_optimizer"].variables
+    assert len(slots) == len(restored_slots) > 2 and int(slots[0]) > 0  # Iterations, moments.
+    for saved, restored in zip(slots, restored_slots, strict=True):
         np.testing.assert_array_equal(saved, restored.numpy())
     assert int(algo.checkpoint_state["observ_filter"].count) == count
     assert float(algo.checkpoint_state["kl_penalty"].numpy()) == penalty
