@@ -11,6 +11,8 @@ import time
 
 import cloudpickle
 import gymnasium
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -382,3 +384,44 @@ def test_standard_wrappers_keep_unbounded_box_actions():
     unbounded = spaces.Box(-np.inf, np.inf, (2,), np.float32)
     env = SpacesEnv(spaces.Box(-1.0, 1.0, (2,), np.float32), unbounded)
     assert standard_wrappers(env) is env
+
+
+class _RecordingEnv(gymnasium.Env):
+    """Records the action it receives; action bounds given at construction."""
+
+    def __init__(self, low, high):
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float64)
+        self.action_space = gymnasium.spaces.Box(
+            np.array(low, np.float32), np.array(high, np.float32), dtype=np.float32)
+        self.received = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2), {}
+
+    def step(self, action):
+        self.received = np.array(action)
+        return np.zeros(2), 0.0, False, False, {}
+
+
+_bounds = st.lists(
+    st.tuples(st.floats(-100, 100, width=32), st.floats(0.015625, 100, width=32)),
+    min_size=1, max_size=3)
+
+
+@hypothesis.settings(max_examples=50, deadline=None)
+@hypothesis.given(bounds=_bounds, data=st.data())
+def test_standard_wrappers_map_unit_actions_onto_any_bounds(bounds, data):
+    low = [lo for lo, _ in bounds]
+    high = [lo + width for lo, width in bounds]
+    raw = _RecordingEnv(low, high)
+    env = standard_wrappers(raw)
+    action = np.array(data.draw(st.lists(st.floats(-3, 3, width=32), min_size=len(bounds),
+                                         max_size=len(bounds))), np.float32)
+    env.reset(seed=0)
+    observ, *_ = env.step(action)
+    clipped = np.clip(action, -1.0, 1.0)
+    expected = np.array(low) + (clipped + 1.0) / 2.0 * (np.array(high) - np.array(low))
+    np.testing.assert_allclose(raw.received, expected, rtol=1e-4, atol=1e-3)
+    assert observ.dtype == np.float32
+    assert env.action_space == gymnasium.spaces.Box(-1.0, 1.0, (len(bounds),), np.float32)
