@@ -17,12 +17,12 @@ from batchrl.scripts import configs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
-# TensorFlow is imported inside `train`, so that `--help` and config errors are instant
-# and worker processes that import this package's environment code stay light.
+# TensorFlow is imported inside functions, so that `--help` and errors in config keys are
+# instant and worker processes that import this package's environment code stay light.
 
 
-def prepare_logdir(logdir, config):
-    """Writes `config.yaml` into a new run directory, or checks it against a resumed one.
+def check_resume(logdir, config):
+    """Checks `config` against the run already in `logdir`, if there is one.
 
     A resumed run may change `steps` (to train longer) and nothing else.
 
@@ -41,6 +41,13 @@ def prepare_logdir(logdir, config):
             raise configs.ConfigError(
                 f"{logdir} holds a run with other settings ({details}); resume it with the "
                 f"same config or use a new --logdir")
+
+
+def prepare_logdir(logdir, config):
+    """Writes `config.yaml` into the run directory after `check_resume`."""
+    check_resume(logdir, config)
+    logdir = pathlib.Path(logdir)
+    path = logdir / "config.yaml"
     logdir.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".yaml.tmp")
     temporary.write_text(configs.dump(config))
@@ -122,8 +129,7 @@ def main(argv=None):
         from batchrl.scripts import agent as agent_lib  # Imports TensorFlow.
 
         agent_lib.check(config)
-        if os.path.exists(os.path.join(args.logdir, "config.yaml")):
-            prepare_logdir(args.logdir, config)  # Fails early on a mismatched resume.
+        check_resume(args.logdir, config)
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
