@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import sys
 import time
 
 import numpy as np
@@ -198,6 +199,7 @@ class Loop:
                         on_phase(result)
                 bar.set_postfix_str(self._postfix(phases), refresh=False)
                 bar.write(self._report(phases))
+                sys.stdout.flush()  # Progress reaches log files now, not at exit.
         finally:
             bar.close()
             for writer in self._writers.values():

@@ -1,0 +1,42 @@
+"""Environments that fail on purpose, for scripts/fault_injection.py.
+
+`FaultyPendulum(fault, after)` is Pendulum-v1 (with its 200-step time limit) whose worker
+misbehaves at its `after`-th step: `raise` (an exception), `exit` (`os._exit(3)`), `kill`
+(SIGKILL to itself), `hang` (sleeps for an hour), `nan` (a NaN observation), or `none`.
+"""
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+
+FAULTS = ("none", "raise", "exit", "kill", "hang", "nan")
+
+
+class FaultyPendulum(gym.Wrapper):
+
+    def __init__(self, fault="none", after=100, render_mode=None):
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choices: {', '.join(FAULTS)}")
+        super().__init__(gym.make("Pendulum-v1", render_mode=render_mode))
+        self._fault = fault
+        self._after = after
+        self._count = 0
+
+    def step(self, action):
+        observ, reward, terminated, truncated, info = self.env.step(action)
+        self._count += 1
+        if self._count == self._after:
+            if self._fault == "raise":
+                raise RuntimeError(f"injected fault after {self._count} steps")
+            if self._fault == "exit":
+                os._exit(3)
+            if self._fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self._fault == "hang":
+                time.sleep(3600)
+            if self._fault == "nan":
+                observ = np.full_like(observ, np.nan)
+        return observ, reward, terminated, truncated, info

@@ -1,0 +1,210 @@
+"""Inject random faults into short training runs and count what went wrong.
+
+    .venv/bin/python scripts/fault_injection.py --trials 20 --output docs/faults.md
+
+Each trial trains Pendulum (worker processes, short schedule) into a fresh run directory
+and injects one fault, chosen at random:
+
+- a worker fault at a random step (scripts/fault_envs.py): an exception (`raise`), an exit
+  (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
+  `worker_timeout` 5 s) or a NaN observation (`nan`); the run must end with exit code 1
+  and one `error: training failed` message;
+- a signal to the trainer at a random time, 0-4 s after its first checkpoint: SIGINT or
+  SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no chance to clean up,
+  possibly while a checkpoint is written); the same command is then run again and must
+  resume and finish.
+
+Counted over all trials: hangs (a run not finished within its time limit), leftover
+processes (any process still carrying the trial's marker in its environment after the run),
+unreadable checkpoints (the latest checkpoint cannot be read), and resumed runs that lost
+more than one checkpoint interval (the resumed step is more than `eval_every` behind the
+last step the killed run reported).
+"""
+
+import argparse
+import os
+import pathlib
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+MARKER = "BATCHRL_FAULT_TRIAL"
+EVAL_EVERY = 1000
+SETTINGS = ["--set", "steps=8000", "--set", f"eval_every={EVAL_EVERY}", "--set", "num_agents=4",
+            "--set", "eval_episodes=2", "--set", "update_every=4", "--set", "update_epochs=2",
+            "--set", "env_processes=true", "--set", "worker_timeout=5", "--set",
+            "max_length=200", "--no-progress"]
+WORKER_FAULTS = ("raise", "exit", "kill", "hang", "nan")
+SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
+TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
+
+
+def _command(logdir, env_args):
+    return [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum",
+            f"--logdir={logdir}", *SETTINGS, *env_args]
+
+
+def _environment(trial):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **{MARKER: str(trial)})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    return env
+
+
+def leftover_processes(trial):
+    """PIDs of processes whose environment carries the trial's marker."""
+    needle = f"{MARKER}={trial}".encode()
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def checkpoint_readable(logdir):
+    """Whether the latest checkpoint of `logdir` (if any) can be read."""
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(str(logdir))
+    if path is None:
+        return True  # Nothing written yet is not a broken checkpoint.
+    try:
+        tf.train.load_checkpoint(path).get_variable_to_shape_map()
+        return True
+    except Exception:  # noqa: BLE001 - any failure to read counts.
+        return False
+
+
+def _run(command, env, kill_after=None, signum=None, logdir=None):
+    """Runs `command`; sends `signum` `kill_after` seconds after the run's first checkpoint.
+
+    Returns `(returncode or None when hung, stdout, stderr, seconds)`.
+    """
+    start = time.time()
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    if kill_after is not None:
+        while (process.poll() is None and not (logdir / "checkpoint").exists()
+               and time.time() - start < TIME_LIMIT):
+            time.sleep(0.1)
+        time.sleep(kill_after)
+        if process.poll() is None:
+            process.send_signal(signum)
+    try:
+        stdout, stderr = process.communicate(timeout=TIME_LIMIT)
+        return process.returncode, stdout, stderr, time.time() - start
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        return None, stdout, stderr, time.time() - start
+
+
+def _last_step(stdout):
+    steps = [int(s.replace(",", "")) for s in re.findall(r"^step\s+([\d,]+)", stdout, re.M)]
+    return max(steps, default=0)
+
+
+def trial(index, kind, rng, workdir):
+    """Runs one trial; returns a dict describing what happened."""
+    logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
+    env = _environment(index)
+    result = {"trial": index, "fault": kind, "hung": False, "leftover": 0,
+              "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
+    if kind in WORKER_FAULTS:
+        after = rng.randint(50, 1500)
+        env_args = ["--set", "env=fault_envs:FaultyPendulum",
+                    "--set", f"env_kwargs={{fault: {kind}, after: {after}}}"]
+        code, _, stderr, seconds = _run(_command(logdir, env_args), env)
+        result["hung"] = code is None
+        error = [line for line in stderr.splitlines() if line.startswith("error:")]
+        result["ok"] = code == 1 and len(error) == 1 and "training failed" in error[0]
+        result["detail"] = f"after {after} env steps: exit {code}, {seconds:.0f} s; " + (
+            error[0][:120] if error else "no error line")
+    else:
+        delay = rng.uniform(0.0, 4.0)
+        env_args = ["--set", "env=fault_envs:FaultyPendulum"]
+        code, stdout, stderr, seconds = _run(_command(logdir, env_args), env, delay,
+                                             SIGNALS[kind], logdir)
+        result["hung"] = code is None
+        # The step the run stopped at, or the last one it reported (after a checkpoint).
+        stopped = re.search(r"Stopped at step ([\d,]+)", stderr)
+        reached = int(stopped.group(1).replace(",", "")) if stopped else _last_step(stdout)
+        result["leftover"] += len(leftover_processes(index))
+        result["unreadable"] = not checkpoint_readable(logdir)
+        resumed_code, resumed_out, resumed_err, more = _run(_command(logdir, env_args), env)
+        result["hung"] |= resumed_code is None
+        match = re.search(r"\(step ([\d,]+)\)", resumed_out)
+        resumed_at = int(match.group(1).replace(",", "")) if match else 0
+        result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+        expected = {"sigint": 128 + signal.SIGINT, "sigterm": 128 + signal.SIGTERM,
+                    "sigkill": -signal.SIGKILL}[kind]
+        finished = resumed_code == 0
+        result["ok"] = (code == expected or code == 0) and finished
+        result["detail"] = (f"signal {delay:.1f} s after the first checkpoint: exit {code}, "
+                            f"stopped or reported step {reached:,}, resumed at "
+                            f"{resumed_at:,}, resumed run exit {resumed_code} ({more:.0f} s)"
+                            + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
+    result["leftover"] += len(leftover_processes(index))
+    result["unreadable"] |= not checkpoint_readable(logdir)
+    return result
+
+
+def report(results):
+    rows = ["| trial | fault | ok | detail |", "|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r['trial']} | {r['fault']} | {'yes' if r['ok'] else 'NO'} | "
+                    f"{r['detail']} |")
+    totals = {
+        "trials": len(results),
+        "hangs": sum(r["hung"] for r in results),
+        "leftover processes": sum(r["leftover"] for r in results),
+        "unreadable checkpoints": sum(r["unreadable"] for r in results),
+        "resumed runs that lost more than one checkpoint interval":
+            sum(r["lost_interval"] for r in results),
+        "trials with an unexpected outcome": sum(not r["ok"] for r in results),
+    }
+    summary = "\n".join(f"- {name}: {value}" for name, value in totals.items())
+    return summary + "\n\n" + "\n".join(rows) + "\n", totals
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the choice of faults")
+    parser.add_argument("--faults", nargs="+", default=list(WORKER_FAULTS) + list(SIGNALS),
+                        choices=list(WORKER_FAULTS) + list(SIGNALS))
+    parser.add_argument("--output", help="also write the Markdown report to this file")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="batchrl-faults-") as workdir:
+        for index in range(args.trials):
+            kind = args.faults[index % len(args.faults)] if index < len(args.faults) \
+                else rng.choice(args.faults)
+            results.append(trial(index, kind, rng, workdir))
+            print(f"trial {index:2d} {kind:8s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
+                  f"{results[-1]['detail']}", flush=True)
+    text, totals = report(results)
+    print("\n" + text)
+    if args.output:
+        pathlib.Path(args.output).write_text(
+            "# Fault injection\n\nWritten by `scripts/fault_injection.py --trials "
+            f"{args.trials} --seed {args.seed}`.\n\n" + text)
+    bad = totals["hangs"] + totals["leftover processes"] + totals["unreadable checkpoints"] \
+        + totals["resumed runs that lost more than one checkpoint interval"] \
+        + totals["trials with an unexpected outcome"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
