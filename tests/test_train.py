@@ -48,11 +48,12 @@ TINY = ["--set", "steps=400", "--set", "eval_every=200", "--set", "log_every=100
 
 
 @pytest.mark.parametrize("name", configs.available())
-def test_every_shipped_config_trains_briefly(tmp_path, name):
-    result = _train(f"--config={name}", f"--logdir={tmp_path}", *TINY)
-    assert result.returncode == 0, result.stderr
+def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
+    # In-process (the CLI's main), so that TensorFlow starts once for all configs.
+    assert train.main([f"--config={name}", f"--logdir={tmp_path}", *TINY]) == 0
     assert (tmp_path / "ckpt-400.index").exists()
-    assert "Final eval mean_score" in result.stdout
+    output = capsys.readouterr().out
+    assert "Final eval mean_score" in output and "traces: train 1, eval 1" in output
 
 
 def test_environment_given_as_module_and_class(tmp_path):
