@@ -64,12 +64,12 @@ import shlex
 import sys
 import tempfile
 import time
-import types
 
 import gymnasium as gym
 import numpy as np
 
 from batchrl.scripts import configs, environments
+from batchrl.tools import wrappers
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
@@ -230,29 +230,6 @@ def _batch_env(config):
         batch_env.close()
 
 
-@contextlib.contextmanager
-def _forkserver_without_main():
-    """Starts forkserver workers without this process's `__main__` module.
-
-    Forkserver children re-import the parent's main module (this script, or `<stdin>`,
-    which fails); Gymnasium's workers need nothing from it (their constructors are pickled
-    by reference or with cloudpickle), so it is hidden while they start, as
-    `batchrl.tools.wrappers.ExternalProcess` does. The fork server, if this starts it,
-    preloads the module of batchrl's workers (Gymnasium, NumPy), as `ExternalProcess` would.
-    """
-    multiprocessing.get_context("forkserver").set_forkserver_preload(
-        ["batchrl.tools.wrappers"])
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is None:
-            del sys.modules["__main__"]
-        else:
-            sys.modules["__main__"] = main
-
-
 def _step_function(batch_env, algo, writer=None, step=None):
     """One `simulate` step as a `tf.function(log, reset)`, as `batchrl.tools.loop` makes it.
 
@@ -395,7 +372,8 @@ def measure_gymnasium_vector(env_id, num_envs, asynchronous, seconds, warmup):
     start = time.perf_counter()
     if asynchronous:
         kind = "async_vector_env"
-        with _forkserver_without_main():
+        # Workers start like batchrl's: without this script as their __main__.
+        with wrappers.starting_workers(multiprocessing.get_context("forkserver")):
             envs = gym.vector.AsyncVectorEnv(constructors, context="forkserver")
     else:
         kind = "sync_vector_env"

@@ -131,8 +131,7 @@ class ExternalProcess:
             name=f"batchrl-worker {self._name}",
             daemon=True,
         )
-        with _START_LOCK, _without_main_module():
-            _preload_forkserver(context)
+        with starting_workers(context):
             self._process.start()
         # Only the worker may hold its end: when it dies, the parent then reads end-of-file.
         worker_conn.close()
@@ -376,35 +375,36 @@ class _Promise:
 
 
 @contextlib.contextmanager
-def _without_main_module():
-    """Hides the parent's `__main__` module while a worker process is started.
+def starting_workers(context):
+    """Context in which to start forkserver worker processes the way batchrl's are started.
 
-    Spawn and forkserver children normally re-import the parent's main module (a training
-    script that imports TensorFlow). Workers need nothing from it: the constructor is pickled
-    by value when it lives in `__main__`. Hold `_START_LOCK` while using this.
-    """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is None:
-            del sys.modules["__main__"]
-        else:
-            sys.modules["__main__"] = main
+    - Holds a lock, so that concurrent starts do not interleave.
+    - Makes the fork server, if it is not running yet, import this module (Gymnasium,
+      NumPy) once before it forks: workers then start in milliseconds instead of importing
+      Gymnasium each (~150 ms). This replaces the fork server's default preload of
+      `__main__`, which workers do not need.
+    - Hides the parent's `__main__` module: spawn and forkserver children normally
+      re-import it (a training script that imports TensorFlow, or `<stdin>`, which fails).
+      Workers need nothing from it: constructors that live in `__main__` are pickled by
+      value by cloudpickle.
 
-
-def _preload_forkserver(context):
-    """Makes the fork server import this module (Gymnasium, NumPy) once, before it forks.
-
-    Workers then start in milliseconds instead of importing Gymnasium each (~150 ms). Only
-    effective if the fork server is not running yet; replaces its default preload of
-    `__main__`, which workers do not need. Hold `_START_LOCK` while calling this.
+    Args:
+      context: a `multiprocessing` context.
     """
     global _forkserver_preloaded
-    if not _forkserver_preloaded and _START_METHOD == "forkserver":
-        context.set_forkserver_preload([__name__])
-        _forkserver_preloaded = True
+    with _START_LOCK:
+        if not _forkserver_preloaded and context.get_start_method() == "forkserver":
+            context.set_forkserver_preload([__name__])
+            _forkserver_preloaded = True
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is None:
+                del sys.modules["__main__"]
+            else:
+                sys.modules["__main__"] = main
 
 
 def _shutdown(process, conn):
