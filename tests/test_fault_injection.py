@@ -1,0 +1,19 @@
+"""A short fault-injection run in CI: a worker killed mid-run, and the trainer SIGKILLed
+after its first checkpoint and resumed (scripts/fault_injection.py does 20 random trials)."""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import fault_injection  # noqa: E402
+
+
+def test_killed_worker_and_killed_trainer_leave_nothing_behind(tmp_path):
+    output = tmp_path / "faults.md"
+    code = fault_injection.main(["--trials", "2", "--faults", "kill", "sigkill",
+                                 "--output", str(output)])
+    text = output.read_text()
+    assert code == 0, text
+    for line in ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
+                 "lost more than one checkpoint interval: 0", "unexpected outcome: 0"):
+        assert line in text
