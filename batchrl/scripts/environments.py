@@ -80,19 +80,18 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
     return standard_wrappers(instance, max_episode_steps)
 
 
-def create_batch(config, num_agents=None, render_mode=None):
-    """The `BatchEnv` of a config: `num_agents` environments (default `config.num_agents`),
-    in worker processes when `config.env_processes`, else in this process.
+def create_batch(config):
+    """The `BatchEnv` of a config: `config.num_agents` environments, in worker processes
+    when `config.env_processes`, else in this process.
 
     The environments' random generators are seeded with `config.seed + index`.
     """
-    num_agents = num_agents or config.num_agents
     constructor = functools.partial(
-        create, config.env, episode_limit(config), render_mode, config.env_kwargs)
+        create, config.env, episode_limit(config), kwargs=config.env_kwargs)
     if config.env_processes:
         envs = []
         try:
-            for index in range(num_agents):
+            for index in range(config.num_agents):
                 envs.append(ExternalProcess(constructor, name=f"env {index} ({config.env})",
                                             timeout=config.worker_timeout))
         except BaseException:
@@ -101,6 +100,6 @@ def create_batch(config, num_agents=None, render_mode=None):
             raise
         batch_env = BatchEnv(envs, blocking=False)
     else:
-        batch_env = BatchEnv([constructor() for _ in range(num_agents)], blocking=True)
+        batch_env = BatchEnv([constructor() for _ in range(config.num_agents)], blocking=True)
     batch_env.reset(seed=config.seed)
     return batch_env
