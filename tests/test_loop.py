@@ -14,7 +14,7 @@ from batchrl.tools.loop import Loop
 from batchrl.tools.mock_environment import MockEnvironment
 
 
-def _loop(logdir, steps, seed=0):
+def _loop(logdir, steps, seed=0, steps_per_call=1):
     envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(4)]
     for index, env in enumerate(envs):
         env.reset(seed=seed + index)
@@ -28,7 +28,8 @@ def _loop(logdir, steps, seed=0):
     algo = PPO(batch_env, step, is_training, should_log, config)
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
     loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
-                steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False)
+                steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False,
+                steps_per_call=steps_per_call)
     return loop, algo, step
 
 
@@ -57,6 +58,33 @@ def test_phases_summaries_and_checkpoints(tmp_path):
                                rtol=1e-6)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == [
         "ckpt-40.index", "ckpt-80.index"]
+
+
+def test_several_steps_per_call_train_like_one(tmp_path):
+    """3 batch steps per call (the last call of each 10-step phase runs 1): same phases,
+    same episodes, same weights as one step per call."""
+    runs = {}
+    for steps_per_call in (1, 3):
+        tf.keras.utils.set_random_seed(0)  # The same initial weights.
+        loop, algo, step = _loop(tmp_path / str(steps_per_call), steps=40,
+                                 steps_per_call=steps_per_call)
+        runs[steps_per_call] = (loop.run(), algo, loop)
+        assert int(step.numpy()) == 40
+        assert loop.tracing_counts() == {"train": 1, "eval": 1}
+    (one, algo_one, _), (three, algo_three, _) = runs[1], runs[3]
+    assert [(r.name, r.global_step) for r in three] == [(r.name, r.global_step) for r in one]
+    for a, b in zip(one, three, strict=True):
+        if a.name == "train":
+            assert a.steps == b.steps == 40
+            np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5)
+            assert a.lengths == b.lengths
+        else:
+            assert len(b.scores) == 4
+    for a, b in zip(algo_one.checkpoint_state["policy"].trainable_variables,
+                    algo_three.checkpoint_state["policy"].trainable_variables, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    assert [s for s, _ in _scalars(tmp_path / "3" / "eval", "mean_score")] == [40]
+    assert len(_scalars(tmp_path / "3" / "train", "mean_score")) >= 2
 
 
 def test_resume_restores_and_continues(tmp_path):

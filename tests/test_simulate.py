@@ -2,11 +2,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl.scripts.events import read_scalars
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_algorithm import MockAlgorithm
 from batchrl.tools.mock_environment import MockEnvironment
-from batchrl.tools.simulate import simulate
+from batchrl.tools.simulate import simulate, simulate_steps
 
 
 class RecordingBatchEnv(BatchEnv):
@@ -174,3 +175,53 @@ def test_mock_algorithm_actions_are_valid(observ_shape):
         assert action.shape == (3, 1)
         assert (action >= -1).all() and (action <= 1).all()
     assert step.experimental_get_tracing_count() <= 2
+
+
+def test_simulate_steps_runs_the_same_steps_in_one_call():
+    batch_env, algo, _, events = _setup([1, 2, 3, 4])
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def steps(count):
+        return simulate_steps(batch_env, algo, 4, False, False, count)
+
+    done, score = steps(3)
+    assert done.numpy().tolist() == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, False, True, False],
+        [False] * 4,  # Not run: count is 3.
+    ]
+    assert not score.numpy()[3].any()
+    assert [e[0] for e in events].count("step") == 3
+    done, _ = steps(4)  # Continues where the first call stopped.
+    assert done.numpy()[0].tolist() == [True, True, False, True]
+    assert steps.experimental_get_tracing_count() == 1
+    # Each step is ordered as with single calls: the 4th step resets env 0 only.
+    step_events = [i for i, e in enumerate(events) if e == ("step",)]
+    assert events[step_events[2] + 1:step_events[3]][:3] == [
+        ("experience", (0, 1, 2, 3)), ("end", (0, 2)), ("reset", (0, 2))]
+
+
+def test_simulate_steps_resets_first_and_logs_once_at_the_end(tmp_path):
+    batch_env, algo, _, events = _setup([2, 4])
+    writer = tf.summary.create_file_writer(str(tmp_path))
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def steps(log, reset):
+        with writer.as_default(step=0):
+            return simulate_steps(batch_env, algo, 4, log, reset)
+
+    steps(False, False)
+    events.clear()
+    steps(True, True)
+    writer.flush()
+    assert events[0] == ("reset", (0, 1))
+    assert [e for e in events if e[0] == "reset"] == [("reset", (0, 1)), ("reset", (0,))]
+    scalars = read_scalars(str(tmp_path), "mean_length")
+    assert [s.value for s in scalars] == [pytest.approx((2 + 2 + 4) / 3)]
+
+
+def test_simulate_steps_rejects_zero_steps():
+    batch_env, algo, _, _ = _setup([2])
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        simulate_steps(batch_env, algo, 0, False, False)

@@ -83,7 +83,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
         step = agent.step
         loop = Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                     eval_episodes=config.eval_episodes, log_every=config.log_every,
-                    progress=progress, stop=stop)
+                    progress=progress, stop=stop, steps_per_call=config.steps_per_call)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",

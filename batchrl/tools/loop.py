@@ -1,5 +1,6 @@
 """The training loop: alternating train and eval phases, summaries, checkpoints, progress."""
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -58,7 +59,8 @@ class Loop:
       in the global step.
 
     Each phase starts new episodes for all agents. Each call of a phase's step function is
-    one call of one `tf.function`, traced once; `tracing_counts()` reports it.
+    one call of one `tf.function` (`step_function`: `steps_per_call` batch steps), traced
+    once; `tracing_counts()` reports it.
 
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
     are written after every train phase; `run()` resumes from the latest one.
@@ -77,17 +79,22 @@ class Loop:
       keep_checkpoints: number of checkpoints kept.
       progress: show a progress bar (None: only when the output is a terminal).
       stop: optional `threading.Event`; once set, `run` raises `Interrupted` after the
-        current step (so a signal handler can stop training at a consistent point).
+        current call (so a signal handler can stop training at a consistent point).
+      steps_per_call: batch steps per call of a step function (`simulate_steps`); a train
+        phase's last call runs only the steps left, so phases end where they would with 1.
+        Summaries are then written at the end of the call that crosses a `log_every`
+        boundary, and an eval round may run up to `steps_per_call - 1` steps beyond the
+        end of its last episode.
 
     Raises:
-      ValueError: for non-positive `steps`, `eval_every` or `log_every`.
+      ValueError: for non-positive `steps`, `eval_every`, `log_every` or `steps_per_call`.
     """
 
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                  steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
-                 progress=None, stop=None):
+                 progress=None, stop=None, steps_per_call=1):
         for name, value in (("steps", steps), ("eval_every", eval_every),
-                            ("log_every", log_every)):
+                            ("log_every", log_every), ("steps_per_call", steps_per_call)):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         self._logdir = os.fspath(logdir)
@@ -108,26 +115,13 @@ class Loop:
         self._writers = {
             name: tf.summary.create_file_writer(os.path.join(self._logdir, name))
             for name in ("train", "eval")}
-        simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
+        self._steps_per_call = int(steps_per_call)
         self._functions = {
-            "train": self._step_function(batch_env, algo, self._writers["train"], True),
-            "eval": self._step_function(batch_env, algo, self._writers["eval"], False),
+            "train": step_function(batch_env, algo, self._steps_per_call,
+                                   self._writers["train"], step),
+            "eval": step_function(batch_env, algo, self._steps_per_call,
+                                  self._writers["eval"], step, count_steps=False),
         }
-
-    def _step_function(self, batch_env, algo, writer, count_steps):
-        step = self._step
-        batch = len(batch_env)
-
-        @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
-        def step_function(log, reset):
-            with writer.as_default(step=step):
-                done, score = simulate_lib.simulate(batch_env, algo, log, reset)
-            if count_steps:
-                with tf.control_dependencies([done, score]):
-                    step.assign_add(batch)
-            return done, score
-
-        return step_function
 
     @property
     def manager(self):
@@ -219,15 +213,18 @@ class Loop:
         reset = True
         while step < end:
             self._check_stop()
-            last = step + batch >= end
-            log = last or step + batch >= next_log
-            if log and not last:
+            count = min(self._steps_per_call, -(-(end - step) // batch))
+            after = step + count * batch
+            last = after >= end
+            log = last or after >= next_log
+            while next_log <= after:
                 next_log += self._log_every
-            done, score = self._call(function, log, reset)
+            done, score = self._call(function, log, reset, count)
             reset = False
-            step += batch
-            self._collect(done.numpy(), score.numpy(), running, scores, lengths)
-            bar.update(batch)
+            step = after
+            for row in range(count):
+                self._collect(done[row], score[row], running, scores, lengths)
+            bar.update(count * batch)
         return PhaseResult("train", step, step - start_step, time.time() - start_time,
                            scores, lengths)
 
@@ -248,15 +245,16 @@ class Loop:
             reset = True
             while np.isnan(first_score).any():
                 self._check_stop()
-                done, score = self._call(function, False, reset)
+                count = self._steps_per_call
+                dones, call_scores = self._call(function, False, reset, count)
                 reset = False
-                steps += batch
-                running += 1
-                done = done.numpy()
-                new = done & np.isnan(first_score)
-                first_score[new] = score.numpy()[new]
-                first_length[new] = running[new]
-                running[done] = 0
+                steps += count * batch
+                for done, score in zip(dones, call_scores, strict=True):
+                    running += 1
+                    new = done & np.isnan(first_score)
+                    first_score[new] = score[new]
+                    first_length[new] = running[new]
+                    running[done] = 0
             scores.extend(first_score.tolist())
             lengths.extend(first_length.tolist())
         writer = self._writers["eval"]
@@ -267,10 +265,14 @@ class Loop:
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
 
-    def _call(self, function, log, reset):
-        """Calls a step function; an environment's error becomes `EnvironmentFailed`."""
+    def _call(self, function, log, reset, count):
+        """Calls a step function; returns `(done, score)` as NumPy arrays `[count, batch]`.
+
+        An environment's error becomes `EnvironmentFailed`.
+        """
         try:
-            return function(tf.constant(log), tf.constant(reset))
+            done, score = function(tf.constant(log), tf.constant(reset), tf.constant(count))
+            return done.numpy()[:count], score.numpy()[:count]
         except tf.errors.OpError:
             cause = getattr(self._batch_env, "error", None)
             if cause is None:
@@ -302,6 +304,53 @@ class Loop:
                 f"{phase.name} score {phase.mean_score:9.1f} ({len(phase.scores)} episodes, "
                 f"{phase.steps_per_second:,.0f} steps/s)")
         return "  ".join(parts)
+
+
+def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
+                  count_steps=True, jit_compile=False):
+    """The `tf.function` that runs `steps_per_call` batch steps of `simulate`.
+
+    Args:
+      batch_env: an `InGraphBatchEnv` (or an in-graph environment of `batchrl.envs`).
+      algo: the algorithm acting on `batch_env`.
+      steps_per_call: int >= 1, batch steps of a full call (`simulate_steps`).
+      writer: optional summary writer, the default writer inside the function (summaries
+        are written only where `log` is true).
+      step: optional int64 variable, the summaries' step.
+      count_steps: with a `step`, add the environment steps taken (`count * len(batch_env)`)
+        to it in every call.
+      jit_compile: compile the function with XLA (`tf.function(jit_compile=True)`). Every
+        op must then have an XLA kernel: no `tf.numpy_function` (use `batchrl.envs`) and no
+        summaries (`writer` must be None; `log` is ignored).
+
+    Returns:
+      `tf.function(log, reset, count) -> (done, score)` taking bool scalars `log` (write
+      the episode summaries at the end of the call) and `reset` (begin new episodes for
+      all agents first) and the int32 scalar `count` in `[1, steps_per_call]`, the steps
+      to run; it returns bool and float32 `[steps_per_call, batch]` (rows from `count` on
+      are False and 0). It is traced once.
+
+    Raises:
+      ValueError: `jit_compile` with a `writer`.
+    """
+    if jit_compile and writer is not None:
+        raise ValueError("summaries cannot be compiled with XLA: pass writer=None")
+    simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
+    batch = len(batch_env)
+    signature = [tf.TensorSpec([], tf.bool)] * 2 + [tf.TensorSpec([], tf.int32)]
+
+    @tf.function(input_signature=signature, autograph=False, jit_compile=jit_compile)
+    def run(log, reset, count):
+        summaries = writer.as_default(step=step) if writer else contextlib.nullcontext()
+        with summaries:
+            done, score = simulate_lib.simulate_steps(
+                batch_env, algo, steps_per_call, False if jit_compile else log, reset, count)
+        if step is not None and count_steps:
+            with tf.control_dependencies([done, score]):
+                step.assign_add(tf.cast(count * batch, step.dtype))
+        return done, score
+
+    return run
 
 
 def _non_finite_variables(checkpoint):
