@@ -3,6 +3,9 @@
 `FaultyPendulum(fault, after)` is Pendulum-v1 (with its 200-step time limit) whose worker
 misbehaves at its `after`-th step: `raise` (an exception), `exit` (`os._exit(3)`), `kill`
 (SIGKILL to itself), `hang` (sleeps for an hour), `nan` (a NaN observation), or `none`.
+Two faults are not at a step: `raise-init` raises in the constructor, and `raise-reset`
+raises in the `after`-th call of `reset` (the first call is the one when the batch is
+built, so `after` > 1 fails mid-run).
 """
 
 import os
@@ -12,7 +15,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-FAULTS = ("none", "raise", "exit", "kill", "hang", "nan")
+FAULTS = ("none", "raise", "exit", "kill", "hang", "nan", "raise-init", "raise-reset")
 
 
 class FaultyPendulum(gym.Wrapper):
@@ -20,10 +23,19 @@ class FaultyPendulum(gym.Wrapper):
     def __init__(self, fault="none", after=100, render_mode=None):
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choices: {', '.join(FAULTS)}")
+        if fault == "raise-init":
+            raise RuntimeError("injected fault in the constructor")
         super().__init__(gym.make("Pendulum-v1", render_mode=render_mode))
         self._fault = fault
         self._after = after
         self._count = 0
+        self._resets = 0
+
+    def reset(self, **kwargs):
+        self._resets += 1
+        if self._fault == "raise-reset" and self._resets == self._after:
+            raise RuntimeError(f"injected fault in reset call {self._resets}")
+        return self.env.reset(**kwargs)
 
     def step(self, action):
         observ, reward, terminated, truncated, info = self.env.step(action)

@@ -9,10 +9,20 @@ and injects one fault, chosen at random:
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
   `worker_timeout` 5 s) or a NaN observation (`nan`); the run must end with exit code 1
   and one `error: training failed` message;
+- an exception in the worker's environment outside `step`: in its constructor
+  (`raise-init`) or in its k-th `reset` (`raise-reset`, k = 2-8, so mid-run: the first
+  reset is when the batch is built); the run must end with exit code 1 and one `error:`
+  message that names the environment;
 - a signal to the trainer at a random time, 0-4 s after its first checkpoint: SIGINT or
   SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no chance to clean up,
   possibly while a checkpoint is written); the same command is then run again and must
-  resume and finish.
+  resume and finish;
+- SIGKILL of the trainer inside its N-th checkpoint write (`sigkill-save`): the trainer is
+  run by scripts/fault_train.py, which stalls the write at a random stage (`shards`: data
+  in the temporary files, `merged`: `ckpt-S.*` complete but the `checkpoint` index file not
+  yet replaced, `sweep`: index replaced, old checkpoints half deleted); the files at the
+  kill must show that stage, and the same command, run again, must resume from the
+  checkpoint the index names and finish.
 
 Counted over all trials: hangs (a run not finished within its time limit), leftover
 processes (any process still carrying the trial's marker in its environment after the run),
@@ -32,22 +42,31 @@ import sys
 import tempfile
 import time
 
+from fault_train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 MARKER = "BATCHRL_FAULT_TRIAL"
+STEPS = 8000
 EVAL_EVERY = 1000
-SETTINGS = ["--set", "steps=8000", "--set", f"eval_every={EVAL_EVERY}", "--set", "num_agents=4",
+SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}", "--set", "num_agents=4",
             "--set", "eval_episodes=2", "--set", "update_every=4", "--set", "update_epochs=2",
             "--set", "env_processes=true", "--set", "worker_timeout=5", "--set",
             "max_length=200", "--no-progress"]
+SAVES = STEPS // EVAL_EVERY  # Checkpoints a run writes.
+KEEP_CHECKPOINTS = 5  # The Loop's default `keep_checkpoints`.
+ENV_NAME = "fault_envs:FaultyPendulum"
 WORKER_FAULTS = ("raise", "exit", "kill", "hang", "nan")
+ENV_FAULTS = ("raise-init", "raise-reset")
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
+SAVE_FAULTS = ("sigkill-save",)
+FAULT_KINDS = WORKER_FAULTS + ENV_FAULTS + tuple(SIGNALS) + SAVE_FAULTS
 TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
 
 
-def _command(logdir, env_args):
-    return [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum",
-            f"--logdir={logdir}", *SETTINGS, *env_args]
+def _command(logdir, env_args, module="batchrl.scripts.train"):
+    return [sys.executable, "-m", module, "--config=pendulum", f"--logdir={logdir}",
+            *SETTINGS, *env_args]
 
 
 def _environment(trial):
@@ -85,15 +104,22 @@ def checkpoint_readable(logdir):
         return False
 
 
-def _run(command, env, kill_after=None, signum=None, logdir=None):
-    """Runs `command`; sends `signum` `kill_after` seconds after the run's first checkpoint.
+def _run(command, env, kill_after=None, signum=None, logdir=None, marker=None):
+    """Runs `command`; sends `signum` `kill_after` seconds after the run's first checkpoint,
+    or as soon as the file `marker` exists.
 
     Returns `(returncode or None when hung, stdout, stderr, seconds)`.
     """
     start = time.time()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
+    if marker is not None:
+        while (process.poll() is None and not marker.exists()
+               and time.time() - start < TIME_LIMIT):
+            time.sleep(0.05)
+        if process.poll() is None and marker.exists():
+            process.send_signal(signum)
+    elif kill_after is not None:
         while (process.poll() is None and not (logdir / "checkpoint").exists()
                and time.time() - start < TIME_LIMIT):
             time.sleep(0.1)
@@ -114,22 +140,91 @@ def _last_step(stdout):
     return max(steps, default=0)
 
 
+def _resumed_step(stdout):
+    match = re.search(r"\(step ([\d,]+)\)", stdout)
+    return int(match.group(1).replace(",", "")) if match else 0
+
+
+def _index(logdir):
+    """`(latest, listed)`: the checkpoints the `checkpoint` index file names (None, [])."""
+    path = pathlib.Path(logdir) / "checkpoint"
+    text = path.read_text() if path.exists() else ""
+    latest = re.search(r'^model_checkpoint_path: "(.*)"', text, re.M)
+    listed = re.findall(r'^all_model_checkpoint_paths: "(.*)"', text, re.M)
+    return (latest.group(1) if latest else None), listed
+
+
+def _step_of(name):
+    return int(name.rsplit("-", 1)[1]) if name else 0
+
+
+def write_stage_seen(logdir, name, stage):
+    """Whether the files in `logdir` show checkpoint `name` interrupted at `stage` (see
+    scripts/fault_train.py); returns `(bool, description)`."""
+    logdir = pathlib.Path(logdir)
+    latest, listed = _index(logdir)
+    index = (logdir / f"{name}.index").exists()
+    data = any(logdir.glob(f"{name}.data-*"))
+    parts = sorted(p.name for p in (logdir / f"{name}_temp").glob("part-*"))
+    if stage == "shards":
+        seen = bool(parts) and not index and not data and latest != name
+        return seen, (f"{name}_temp/ holds {len(parts)} part files, {name}.index "
+                      f"{'present' if index else 'absent'}, the index names {latest}")
+    if stage == "merged":
+        seen = index and data and not parts and latest != name
+        return seen, (f"{name}.index and .data {'present' if index and data else 'missing'}, "
+                      f"the index names {latest}")
+    oldest = listed[0] if listed else None
+    half = (oldest is not None and oldest != name and not (logdir / f"{oldest}.index").exists()
+            and any(logdir.glob(f"{oldest}.data-*")))
+    seen = latest == name and half
+    return seen, (f"the index names {latest} and lists {oldest}, whose .index is "
+                  f"{'deleted and .data is not' if half else 'not half deleted'}")
+
+
+def stray_files(logdir):
+    """Checkpoint files and temporary directories in `logdir` of checkpoints the index does
+    not list."""
+    _, listed = _index(logdir)
+    return sorted(path.name for path in pathlib.Path(logdir).glob("ckpt-*")
+                  if re.sub(r"(\.index|\.data-.*|_temp)$", "", path.name) not in listed)
+
+
+def _error_detail(stderr):
+    """The `error:` lines of `stderr`, and a summary for the report's detail column."""
+    error = [line for line in stderr.splitlines() if line.startswith("error:")]
+    if error:
+        return error, error[0][:120]
+    uncaught = re.findall(r"^[\w.]+(?:Error|Exception)\b.*", stderr, re.M)
+    return error, "no error line" + (f"; uncaught {uncaught[0][:120]}" if uncaught else "")
+
+
 def trial(index, kind, rng, workdir):
     """Runs one trial; returns a dict describing what happened."""
     logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
     env = _environment(index)
     result = {"trial": index, "fault": kind, "hung": False, "leftover": 0,
               "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
-    if kind in WORKER_FAULTS:
-        after = rng.randint(50, 1500)
-        env_args = ["--set", "env=fault_envs:FaultyPendulum",
+    if kind in WORKER_FAULTS or kind in ENV_FAULTS:
+        if kind in WORKER_FAULTS:
+            after = rng.randint(50, 1500)
+            where = f"after {after} env steps"
+        elif kind == "raise-reset":
+            after = rng.randint(2, 8)
+            where = f"in reset call {after}"
+        else:
+            after = 0
+            where = "in the constructor"
+        env_args = ["--set", f"env={ENV_NAME}",
                     "--set", f"env_kwargs={{fault: {kind}, after: {after}}}"]
         code, _, stderr, seconds = _run(_command(logdir, env_args), env)
         result["hung"] = code is None
-        error = [line for line in stderr.splitlines() if line.startswith("error:")]
-        result["ok"] = code == 1 and len(error) == 1 and "training failed" in error[0]
-        result["detail"] = f"after {after} env steps: exit {code}, {seconds:.0f} s; " + (
-            error[0][:120] if error else "no error line")
+        error, summary = _error_detail(stderr)
+        expected = "training failed" if kind in WORKER_FAULTS else ENV_NAME
+        result["ok"] = code == 1 and len(error) == 1 and expected in error[0]
+        result["detail"] = f"{where}: exit {code}, {seconds:.0f} s; {summary}"
+    elif kind in SAVE_FAULTS:
+        result.update(_save_trial(index, rng, workdir, logdir, env))
     else:
         delay = rng.uniform(0.0, 4.0)
         env_args = ["--set", "env=fault_envs:FaultyPendulum"]
@@ -143,8 +238,7 @@ def trial(index, kind, rng, workdir):
         result["unreadable"] = not checkpoint_readable(logdir)
         resumed_code, resumed_out, resumed_err, more = _run(_command(logdir, env_args), env)
         result["hung"] |= resumed_code is None
-        match = re.search(r"\(step ([\d,]+)\)", resumed_out)
-        resumed_at = int(match.group(1).replace(",", "")) if match else 0
+        resumed_at = _resumed_step(resumed_out)
         result["lost_interval"] = reached - resumed_at > EVAL_EVERY
         expected = {"sigint": 128 + signal.SIGINT, "sigterm": 128 + signal.SIGTERM,
                     "sigkill": -signal.SIGKILL}[kind]
@@ -156,6 +250,43 @@ def trial(index, kind, rng, workdir):
                             + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
     result["leftover"] += len(leftover_processes(index))
     result["unreadable"] |= not checkpoint_readable(logdir)
+    return result
+
+
+def _save_trial(index, rng, workdir, logdir, env):
+    """A `sigkill-save` trial: SIGKILL inside a checkpoint write, then the same command."""
+    stage = rng.choice(STAGES)
+    save = rng.randint(KEEP_CHECKPOINTS + 1 if stage == "sweep" else 2, SAVES)
+    marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
+    stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
+                            MARKER_VARIABLE: str(marker)})
+    command = _command(logdir, ["--set", f"env={ENV_NAME}"], module="fault_train")
+    code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
+    result = {"hung": code is None, "leftover": len(leftover_processes(index)),
+              "unreadable": not checkpoint_readable(logdir)}
+    if not marker.exists():
+        result["detail"] = (f"stage {stage} of save {save}: the run never got there "
+                            f"(exit {code}, {seconds:.0f} s)")
+        return result
+    name = pathlib.Path(marker.read_text().strip()).name
+    seen, files = write_stage_seen(logdir, name, stage)
+    latest, _ = _index(logdir)
+    reached = _last_step(stdout)
+    # The same command, without the stall.
+    resumed_code, resumed_out, resumed_err, more = _run(command, env)
+    result["hung"] |= resumed_code is None
+    resumed_at = _resumed_step(resumed_out)
+    result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+    stray = stray_files(logdir)
+    finished = resumed_code == 0
+    result["ok"] = (code == -signal.SIGKILL and seen and finished
+                    and resumed_at == _step_of(latest))
+    result["detail"] = (
+        f"SIGKILL in stage {stage} of save {save} ({name}), {seconds:.0f} s: "
+        f"{'' if seen else 'NOT mid-write: '}{files}; exit {code}, last reported step "
+        f"{reached:,}, resumed at {resumed_at:,}, resumed run exit {resumed_code} "
+        f"({more:.0f} s); stray files after it: {', '.join(stray) or 'none'}"
+        + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
     return result
 
 
@@ -181,8 +312,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0, help="seeds the choice of faults")
-    parser.add_argument("--faults", nargs="+", default=list(WORKER_FAULTS) + list(SIGNALS),
-                        choices=list(WORKER_FAULTS) + list(SIGNALS))
+    parser.add_argument("--faults", nargs="+", default=list(FAULT_KINDS),
+                        choices=list(FAULT_KINDS))
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -192,7 +323,7 @@ def main(argv=None):
             kind = args.faults[index % len(args.faults)] if index < len(args.faults) \
                 else rng.choice(args.faults)
             results.append(trial(index, kind, rng, workdir))
-            print(f"trial {index:2d} {kind:8s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
+            print(f"trial {index:2d} {kind:12s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
                   f"{results[-1]['detail']}", flush=True)
     text, totals = report(results)
     print("\n" + text)

@@ -1,5 +1,7 @@
-"""A short fault-injection run in CI: a worker killed mid-run, and the trainer SIGKILLed
-after its first checkpoint and resumed (scripts/fault_injection.py does 20 random trials)."""
+"""A short fault-injection run in CI: a worker killed mid-run; the trainer SIGKILLed after
+its first checkpoint and resumed; the trainer SIGKILLed inside a checkpoint write and
+resumed; an environment whose `reset` raises mid-run (scripts/fault_injection.py does 20
+random trials)."""
 
 import pathlib
 import sys
@@ -8,10 +10,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import fault_injection  # noqa: E402
 
 
-def test_killed_worker_and_killed_trainer_leave_nothing_behind(tmp_path):
+def test_faults_leave_nothing_behind(tmp_path):
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--trials", "2", "--faults", "kill", "sigkill",
-                                 "--output", str(output)])
+    code = fault_injection.main(["--trials", "4", "--faults", "kill", "sigkill", "sigkill-save",
+                                 "raise-reset", "--output", str(output)])
     text = output.read_text()
     assert code == 0, text
     for line in ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
