@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from batchrl.envs import CartPole, Pendulum
-from batchrl.scripts import environments
+from batchrl.scripts import agent as agent_lib
+from batchrl.scripts import configs, environments
 from batchrl.tools.mock_algorithm import MockAlgorithm
 from batchrl.tools.simulate import simulate
 
@@ -249,3 +250,18 @@ def test_batchrl_simulate_runs_native_envs(env_class, jit_compile):
             episodes += dones[time].sum()
             lengths[dones[time]] = 0
         assert episodes >= 4 * steps / 100  # Random pushes end episodes within ~20 steps.
+
+
+def test_configs_select_native_environments():
+    assert environments.native_class("batchrl.envs:Pendulum") is Pendulum
+    assert environments.native_class("Pendulum-v1") is None
+    assert environments.native_class("batchrl.tools.mock_environment:MockEnvironment") is None
+    assert environments.gymnasium_id("batchrl.envs:CartPole") == "CartPole-v1"
+    config = configs.load("pendulum_native", {"num_agents": 3, "seed": 7})
+    assert environments.episode_limit(config) == 200  # Pendulum-v1's registered limit.
+    batch_env = environments.create_batch(config)
+    assert isinstance(batch_env, Pendulum) and len(batch_env) == 3
+    assert batch_env.max_episode_steps == 200
+    agent_lib.check(config)
+    agent = agent_lib.build(config, batch_env)
+    assert agent.batch_env is batch_env  # Not wrapped in an InGraphBatchEnv.

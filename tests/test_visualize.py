@@ -121,3 +121,19 @@ def test_checkpoint_of_another_network_is_a_one_line_error(run_dir, tmp_path):
     (logdir / "config.yaml").write_text(text)
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
     _assert_one_line_error(result, "does not fit the agent of the run's config")
+
+
+def test_native_environment_is_rendered_through_its_gymnasium_equivalent(tmp_path):
+    logdir = tmp_path / "run"
+    result = _run("train", "--config=pendulum_native", f"--logdir={logdir}", *SHORT,
+                  "--set", "steps_per_call=10")
+    assert result.returncode == 0, result.stderr
+    outdir = tmp_path / "videos"
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",
+                  "--episodes=1", "--max-steps=5")
+    assert result.returncode == 0, result.stderr
+    (_, _, length, video), = EPISODE.findall(result.stdout)
+    with imageio.get_reader(video) as reader:
+        frames = [frame for frame in reader]
+    assert int(length) == len(frames) == 5
+    assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.

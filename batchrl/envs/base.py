@@ -57,6 +57,7 @@ class NativeBatchEnv:
       ValueError: `num_envs` or `max_episode_steps` is not a positive int.
     """
 
+    in_graph = True  # Tells `batchrl.scripts.environments` not to wrap it in a BatchEnv.
     gymnasium_id = None  # Set by subclasses, e.g. "Pendulum-v1".
     state_size = None  # Set by subclasses: the number of state variables.
 

@@ -32,19 +32,24 @@ def build(config, batch_env):
     """The agent of `config` acting in `batch_env`.
 
     Seeds Keras (network initialization) with `config.seed`, wraps `batch_env` in an
-    `InGraphBatchEnv`, and builds BatchPPO with a global step (int64, training environment
-    steps) and the `is_training` / `should_log` variables.
+    `InGraphBatchEnv` (unless it is an in-graph environment of `batchrl.envs`), and builds
+    BatchPPO with a global step (int64, training environment steps) and the `is_training` /
+    `should_log` variables.
 
     Args:
       config: a validated `Config`.
-      batch_env: a `BatchEnv` of the config's environment.
+      batch_env: a `BatchEnv` of the config's environment, or an in-graph environment
+        (`environments.create_batch` returns either).
 
     Returns:
       `Agent`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
       defines training (`algo.checkpoint_state`).
     """
     keras.utils.set_random_seed(config.seed)
-    in_graph = InGraphBatchEnv(batch_env)
+    if getattr(batch_env, "in_graph", False) is True:
+        in_graph = batch_env
+    else:
+        in_graph = InGraphBatchEnv(batch_env)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     is_training = tf.Variable(True, trainable=False, name="is_training")
     should_log = tf.Variable(True, trainable=False, name="should_log")

@@ -2,7 +2,10 @@
 
 The config key `env` is either a Gymnasium id (`Pendulum-v1`), made with `gymnasium.make`,
 or `module:attribute` naming a class or function that returns a `gymnasium.Env`; either is
-called with the keyword arguments `env_kwargs`.
+called with the keyword arguments `env_kwargs`. A `module:attribute` may also name an
+in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true class attribute
+`in_graph`): the whole batch is then one object built in this process, in TensorFlow, and
+`gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
 """
 
 import difflib
@@ -44,8 +47,28 @@ def check_env_id(env):
     raise ConfigError(f"unknown Gymnasium environment id {env!r} (config key 'env'){hint}")
 
 
+def native_class(env):
+    """The in-graph batch environment class that `env` names (e.g. `batchrl.envs:Pendulum`),
+    or None for a Gymnasium id or a `module:attribute` building a `gymnasium.Env`.
+
+    Imports the module of a `module:attribute` (TensorFlow for `batchrl.envs`).
+    """
+    if ":" not in env:
+        return None
+    constructor = _resolve(env)
+    return constructor if getattr(constructor, "in_graph", False) is True else None
+
+
+def gymnasium_id(env):
+    """The Gymnasium environment that `env` is or stands for: `env` itself, or the
+    `gymnasium_id` of an in-graph environment class (to render it, for example)."""
+    native = native_class(env)
+    return native.gymnasium_id if native else env
+
+
 def episode_limit(config):
-    """The maximal episode length: `max_length`, else the registered time limit.
+    """The maximal episode length: `max_length`, else the registered time limit (of the
+    Gymnasium equivalent, for an in-graph environment).
 
     Raises:
       ConfigError: when neither is set (always so for a `module:attribute` environment
@@ -53,7 +76,8 @@ def episode_limit(config):
     """
     if config.max_length:
         return config.max_length
-    limit = None if ":" in config.env else gym.spec(config.env).max_episode_steps
+    env = gymnasium_id(config.env)
+    limit = None if ":" in env else gym.spec(env).max_episode_steps
     if not limit:
         raise ConfigError(
             f"environment {config.env!r} has no registered time limit: set config key "
@@ -81,11 +105,17 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
 
 
 def create_batch(config):
-    """The `BatchEnv` of a config: `config.num_agents` environments, in worker processes
+    """The batch of a config: `config.num_agents` environments, in worker processes
     when `config.env_processes`, else in this process.
 
-    The environments' random generators are seeded with `config.seed + index`.
+    The environments' random generators are seeded with `config.seed + index`. For an
+    in-graph environment class (`native_class`), returns that class's instance for the
+    whole batch, seeded with `config.seed` (`env_processes` does not apply).
     """
+    native = native_class(config.env)
+    if native:
+        return native(config.num_agents, max_episode_steps=episode_limit(config),
+                      seed=config.seed, **config.env_kwargs)
     constructor = functools.partial(
         create, config.env, episode_limit(config), kwargs=config.env_kwargs)
     if config.env_processes:

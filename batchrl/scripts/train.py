@@ -172,7 +172,9 @@ def main(argv=None):
               f"{evals[-1].global_step:,}.")
     counts = loop.tracing_counts()
     print(f"tf.function traces: train {counts['train']}, eval {counts['eval']} "
-          f"(one call per step). TensorBoard: tensorboard --logdir={args.logdir}")
+          f"(one call per {config.steps_per_call} batch step"
+          f"{'s' if config.steps_per_call > 1 else ''}). "
+          f"TensorBoard: tensorboard --logdir={args.logdir}")
     return 0
 
 

@@ -188,9 +188,10 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     agent_lib.check(config)
     limit = environments.episode_limit(config)
     limit = min(max_steps, limit) if max_steps else limit
-    env = ExternalProcess(functools.partial(_create_env, config.env, limit,
-                                            config.env_kwargs),
-                          name=f"{config.env} (rendering)")
+    # An in-graph environment is rendered through its Gymnasium equivalent (same dynamics).
+    env_id = environments.gymnasium_id(config.env)
+    env = ExternalProcess(functools.partial(_create_env, env_id, limit, config.env_kwargs),
+                          name=f"{env_id} (rendering)")
     batch_env = BatchEnv([env], blocking=False)
     try:
         batch_env.reset(seed=config.seed if seed is None else seed)
