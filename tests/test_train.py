@@ -129,3 +129,19 @@ def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_p
     assert "error: training failed at step" in result.stderr
     assert "env 0 returned a non-finite observation" in result.stderr, result.stderr
     assert "Traceback (most recent call last)" not in result.stderr.split("error:")[0]
+
+
+@pytest.mark.parametrize("env_processes", ["false", "true"])
+def test_environment_constructor_error_is_one_error_line_naming_the_environment(
+        tmp_path, capsys, env_processes):
+    args = [f"--logdir={tmp_path}", *TINY, "--set", f"env_processes={env_processes}",
+            "--set", "env=batchrl.tools.mock_environment:MockEnvironment",
+            "--set", "env_kwargs={observ_shape: [2], action_shape: [1], min_duration: 9, "
+                     "max_duration: 3}"]
+    assert train.main(args) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines()
+              if line.startswith("error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith("error: training failed before the first step: cannot "
+                                "create the environments:")
+    assert "env 0 (batchrl.tools.mock_environment:MockEnvironment)" in errors[0]

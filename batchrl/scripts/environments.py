@@ -130,6 +130,15 @@ def create_batch(config):
             raise
         batch_env = BatchEnv(envs, blocking=False)
     else:
-        batch_env = BatchEnv([constructor() for _ in range(config.num_agents)], blocking=True)
+        envs = []
+        for index in range(config.num_agents):
+            try:
+                envs.append(constructor())
+            except Exception as error:
+                for env in envs:
+                    env.close()
+                raise RuntimeError(f"env {index} ({config.env}): the constructor raised "
+                                   f"{type(error).__name__}: {error}") from error
+        batch_env = BatchEnv(envs, blocking=True)
     batch_env.reset(seed=config.seed)
     return batch_env

@@ -70,14 +70,21 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     Raises:
       batchrl.tools.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
         `stop`); a checkpoint of the current step was written first.
+      batchrl.tools.loop.EnvironmentFailed: an environment raised, in its constructor,
+        the first reset or during training.
     """
     from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import environments
-    from batchrl.tools.loop import Interrupted, Loop
+    from batchrl.tools.loop import EnvironmentFailed, Interrupted, Loop
 
     agent_lib.check(config)
     prepare_logdir(logdir, config)
-    batch_env = environments.create_batch(config)
+    try:
+        batch_env = environments.create_batch(config)
+    except Exception as error:  # The environments' own code (constructor, first reset).
+        raise EnvironmentFailed(
+            f"before the first step: cannot create the environments: "
+            f"{type(error).__name__}: {error}") from error
     try:
         agent = agent_lib.build(config, batch_env)
         step = agent.step
