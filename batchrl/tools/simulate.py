@@ -49,6 +49,21 @@ def _after(dependencies, value):
         return tf.identity(value)
 
 
+def _write_summaries(state, log, after):
+    """When `log` is true and episodes were recorded, writes the `mean_score` and
+    `mean_length` of the recorded episodes (after `after`) and starts a new average."""
+
+    def write():
+        with tf.name_scope("/"):  # Plain tags, whatever scope this runs in.
+            score_written = tf.summary.scalar("mean_score", state.mean_score.clear())
+            length_written = tf.summary.scalar("mean_length", state.mean_length.clear())
+        return tf.logical_and(score_written, length_written)
+
+    with tf.control_dependencies([after]):
+        return tf.cond(tf.logical_and(log, state.mean_score.count > 0), write,
+                       lambda: tf.constant(False))
+
+
 def simulate(batch_env, algo, log, reset):
     """Steps every agent of the batch once; must be called inside a `tf.function`.
 
@@ -90,10 +105,7 @@ def simulate(batch_env, algo, log, reset):
     reset = tf.convert_to_tensor(reset, tf.bool)
     all_indices = tf.range(len(batch_env))
 
-    begin_indices = tf.cond(
-        reset,
-        lambda: all_indices,
-        lambda: tf.cast(tf.where(batch_env.done)[:, 0], tf.int32))
+    begin_indices = tf.cast(tf.where(tf.logical_or(batch_env.done, reset))[:, 0], tf.int32)
 
     def begin_episodes():
         observ = batch_env.reset(begin_indices)
@@ -140,24 +152,7 @@ def simulate(batch_env, algo, log, reset):
 
     ended = tf.cond(tf.size(end_indices) > 0, end_episodes, lambda: tf.constant(False))
 
-    def write_summaries():
-        with tf.name_scope("/"):  # Plain tags, whatever scope this runs in.
-            return _write_summaries()
-
-    def _write_summaries():
-        score_written = tf.summary.scalar("mean_score", state.mean_score.clear())
-        length_written = tf.summary.scalar("mean_length", state.mean_length.clear())
-        return tf.logical_and(score_written, length_written)
-
-    if log is False:  # Known when tracing: no summary ops, which XLA cannot compile.
-        logged = ended
-    else:
-        with tf.control_dependencies([ended]):
-            logged = tf.cond(
-                tf.logical_and(log, state.mean_score.count > 0),
-                write_summaries,
-                lambda: tf.constant(False))
-
+    logged = ended if log is False else _write_summaries(state, log, ended)
     with tf.control_dependencies([logged]):
         return tf.identity(done), tf.identity(state.score)
 
@@ -172,9 +167,9 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
       batch_env, algo: as for `simulate`.
       steps: Python int >= 1, the number of steps of a full call (the static size of the
         results).
-      log: bool scalar tensor (or the Python value False), passed to the last step only:
-        the `mean_score` / `mean_length` summaries then cover every episode that ended
-        during the call.
+      log: bool scalar tensor (or the Python value False), write the summaries as
+        `simulate` does, once after the last step: they cover every episode that ended
+        during the call (and before it, since the last summary).
       reset: bool scalar tensor, passed to the first step only.
       count: optional int32 scalar tensor in `[1, steps]`, the steps to run (default
         `steps`), so that one traced function can also run a shorter, final call.
@@ -193,10 +188,7 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
         log = tf.convert_to_tensor(log, tf.bool)
 
     def body(index, dones, scores):
-        first = tf.equal(index, 0)
-        last = tf.equal(index, count - 1)
-        step_log = False if log is False else tf.logical_and(log, last)
-        done, score = simulate(batch_env, algo, step_log, tf.logical_and(reset, first))
+        done, score = simulate(batch_env, algo, False, tf.logical_and(reset, index == 0))
         return index + 1, dones.write(index, done), scores.write(index, score)
 
     _, dones, scores = tf.while_loop(
@@ -206,4 +198,9 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
          tf.TensorArray(tf.float32, steps, element_shape=[batch])],
         maximum_iterations=steps)
     # Rows never written (count < steps) read as zeros.
-    return dones.stack(), scores.stack()
+    dones, scores = dones.stack(), scores.stack()
+    if log is False:
+        return dones, scores
+    logged = _write_summaries(episode_state(batch_env), log, dones)
+    with tf.control_dependencies([logged]):
+        return tf.identity(dones), tf.identity(scores)
