@@ -67,3 +67,17 @@ def test_wrong_action_shape_is_an_error():
     env.reset()
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError)):
         env.simulate(tf.zeros([2, 3]))
+
+
+def test_results_of_the_wrong_shape_are_an_error_naming_them():
+    class ShortReward(BatchEnv):
+        def step(self, actions):
+            observ, reward, terminated, truncated, infos = super().step(actions)
+            return observ, reward[:1], terminated, truncated, infos
+
+    env = InGraphBatchEnv(ShortReward([MockEnvironment((3,), (2,), 5, 5) for _ in range(2)],
+                                      blocking=True))
+    env.reset()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="reward of shape"):
+        tf.function(env.simulate)(tf.zeros([2, 2]))
+    assert isinstance(env.error, ValueError) and "expected (2,)" in str(env.error)

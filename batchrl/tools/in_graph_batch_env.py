@@ -1,8 +1,30 @@
 """A batch of Python environments exposed to TensorFlow as graph operations."""
 
+import ctypes
+import threading
+
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
+
+# TensorFlow threads that run `tf.numpy_function`s and keep their Python thread state.
+_THREADS_WITH_STATE = set()
+
+
+def _keep_python_thread_state():
+    """Keeps the Python thread state of the calling TensorFlow thread alive between calls.
+
+    TensorFlow runs a `tf.numpy_function` on one of its own threads with
+    `PyGILState_Ensure` / `PyGILState_Release`; for a thread unknown to Python these create
+    and destroy a whole thread state around every call, about 40 us of each environment
+    step on the 2-core machine of docs/performance.md. One extra `PyGILState_Ensure`, never
+    released, makes the state outlive the call: later calls only take the GIL. It holds
+    one thread state per TensorFlow thread (a few), freed when the interpreter exits.
+    """
+    thread = threading.get_ident()
+    if thread not in _THREADS_WITH_STATE:  # Runs with the GIL held: no race.
+        ctypes.pythonapi.PyGILState_Ensure()
+        _THREADS_WITH_STATE.add(thread)
 
 
 class InGraphBatchEnv:
@@ -107,14 +129,19 @@ class InGraphBatchEnv:
             for whatever the environments raise (e.g. a NaN observation, a crashed worker).
         """
         action = tf.convert_to_tensor(action, self._action.dtype)
-        action = tf.ensure_shape(action, self._action.shape)
+        if not action.shape.is_fully_defined():  # Else checked when tracing, for free.
+            action = tf.ensure_shape(action, self._action.shape)
+        elif action.shape != self._action.shape:
+            raise ValueError(f"action of shape {action.shape}, expected {self._action.shape}")
         observ, reward, terminated, truncated = tf.numpy_function(
             self._step, [action], [tf.float32, tf.float32, tf.bool, tf.bool], name="step")
+        # `_step` returns exactly these shapes (BatchEnv checks them): declared, not checked
+        # again at run time.
         batch = len(self)
-        observ = tf.ensure_shape(observ, (batch,) + self._observ_shape)
-        reward = tf.ensure_shape(reward, [batch])
-        terminated = tf.ensure_shape(terminated, [batch])
-        done = tf.logical_or(terminated, tf.ensure_shape(truncated, [batch]))
+        observ.set_shape((batch,) + self._observ_shape)
+        for value in (reward, terminated, truncated):
+            value.set_shape([batch])
+        done = tf.logical_or(terminated, truncated)
         assigns = [
             self._observ.assign(observ),
             self._action.assign(action),
@@ -163,15 +190,27 @@ class InGraphBatchEnv:
         return self._error
 
     def _step(self, action):
+        _keep_python_thread_state()
         try:
             observ, reward, terminated, truncated, _ = self._batch_env.step(action)
         except Exception as error:
             self._error = error
             raise
-        return (np.asarray(observ, np.float32), np.asarray(reward, np.float32),
-                np.asarray(terminated, bool), np.asarray(truncated, bool))
+        results = (np.asarray(observ, np.float32), np.asarray(reward, np.float32),
+                   np.asarray(terminated, bool), np.asarray(truncated, bool))
+        batch = len(self)
+        expected = ((batch,) + self._observ_shape, (batch,), (batch,), (batch,))
+        for name, value, shape in zip(("observation", "reward", "terminated", "truncated"),
+                                      results, expected, strict=True):
+            if value.shape != shape:  # The graph declares these shapes without checking.
+                self._error = ValueError(
+                    f"the batch environment returned a {name} of shape {value.shape}, "
+                    f"expected {shape}")
+                raise self._error
+        return results
 
     def _reset(self, indices):
+        _keep_python_thread_state()
         try:
             observ, _ = self._batch_env.reset(indices.tolist())
         except Exception as error:
