@@ -22,17 +22,24 @@ run and one process, environment steps per second (every environment's step coun
   actions sampled from the vector action space. Autoreset is Gymnasium 1.x's default
   (`NEXT_STEP`): the call after an episode ended resets that environment instead of
   stepping it; such reset-only entries are not counted as steps.
-- `simulate_mock` / `simulate_mock_processes`: `batchrl.tools.simulate` with
-  `MockAlgorithm` (random actions), one `tf.function` call per step as `batchrl.tools.loop`
-  does, on the in-process and on the `ExternalProcess` `BatchEnv`.
+- `simulate_mock` / `simulate_mock_loop` / `simulate_mock_processes`:
+  `batchrl.tools.simulate` with `MockAlgorithm` (random actions) through the training
+  loop's step function (`batchrl.tools.loop.step_function`): in-process with one step per
+  `tf.function` call and with K (`--steps-per-call`) steps per call, and with the worker
+  processes that training starts for `env_processes: true`, K steps per call.
 - `ppo_inference`: the same with BatchPPO (`batchrl.scripts.agent.build` from the config of
   the environment, e.g. `pendulum` or `cheetah`, with `num_agents` overridden and
-  in-process environments), `is_training` false: the mean action, nothing recorded.
+  in-process environments), `is_training` false: the mean action, nothing recorded; K
+  steps per call.
 - `ppo_training`: the same with `is_training` true and the config's update schedule,
   summaries written as in training; the wall time includes the PPO updates. The timed
   window starts with new episodes for all agents and an empty memory and, once the time
   budget is over, runs on until the end of the next update (at least `--min-updates`), so
   that it spans whole collect-and-update cycles.
+
+An in-graph environment (`batchrl.envs:Pendulum`, batch sizes `--native-sizes`) gets
+`single_env` of its Gymnasium equivalent and `simulate_mock_loop` (compiled with XLA),
+`ppo_inference` and `ppo_training`, all K steps per call.
 
 Each measurement builds its environments (the setup time is reported), warms up for
 `--warmup` seconds (at least two calls; the first `tf.function` call, which traces, is part
@@ -77,13 +84,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports Te
 KINDS = {
     "single_env": "1 env, plain Python loop (per-core reference)",
     "batch_env": "BatchEnv, in-process (blocking)",
-    "batch_env_processes": "BatchEnv, ExternalProcess workers (non-blocking)",
+    "batch_env_processes": "BatchEnv, one ExternalProcess worker per env (non-blocking)",
     "sync_vector_env": "Gymnasium SyncVectorEnv",
     "async_vector_env": "Gymnasium AsyncVectorEnv (forkserver)",
-    "simulate_mock": "simulate + MockAlgorithm, in-process BatchEnv",
-    "simulate_mock_processes": "simulate + MockAlgorithm, ExternalProcess BatchEnv",
-    "ppo_inference": "simulate + BatchPPO inference (is_training false)",
-    "ppo_training": "simulate + BatchPPO training, updates included",
+    "simulate_mock": "simulate + MockAlgorithm, in-process BatchEnv, 1 step per call",
+    "simulate_mock_loop": "simulate + MockAlgorithm, in-process (an in-graph env: XLA), "
+                          "K steps per call",
+    "simulate_mock_processes": "simulate + MockAlgorithm, worker processes as training "
+                               "makes them (`env_processes: true`), K steps per call",
+    "ppo_inference": "simulate + BatchPPO inference (is_training false), K steps per call",
+    "ppo_training": "simulate + BatchPPO training, updates included, K steps per call",
 }
 
 # The baseline of each batched kind: the same environments and batch size, same run.
@@ -91,18 +101,21 @@ BASELINES = {
     "batch_env": "sync_vector_env",
     "batch_env_processes": "async_vector_env",
     "simulate_mock": "batch_env",
+    "simulate_mock_loop": "batch_env",
     "simulate_mock_processes": "async_vector_env",
-    "ppo_inference": "simulate_mock",
+    "ppo_inference": "simulate_mock_loop",
     "ppo_training": "ppo_inference",
 }
 
 # The config that BatchPPO is built from, per environment id (see `config_name`).
-CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah"}
+CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
+                "batchrl.envs:Pendulum": "pendulum_native"}
 
-DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5"], sizes=[8, 32, 128], seconds=5.0,
+DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
+                sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=5.0,
                 warmup=1.0, min_updates=1)
-QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5"], sizes=[2, 4], seconds=0.3, warmup=0.1,
-             min_updates=0)
+QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
+             native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0)
 
 # Random actions are drawn once, before timing, and cycled through.
 ACTION_POOL = 64
@@ -230,49 +243,26 @@ def _batch_env(config):
         batch_env.close()
 
 
-def _step_function(batch_env, algo, writer=None, step=None):
-    """One `simulate` step as a `tf.function(log, reset)`, as `batchrl.tools.loop` makes it.
+def _step_function(batch_env, algo, steps_per_call, writer=None, step=None,
+                   jit_compile=False):
+    """The training loop's step function (`batchrl.tools.loop.step_function`)."""
+    from batchrl.tools.loop import step_function
 
-    Args:
-      batch_env: an `InGraphBatchEnv`.
-      algo: the algorithm.
-      writer: optional summary writer, the default writer inside the function.
-      step: optional int64 variable: the summaries' step, increased by the batch size per
-        call.
+    return step_function(batch_env, algo, steps_per_call, writer, step,
+                         jit_compile=jit_compile)
 
-    Returns:
-      `tf.function` taking two bool scalars `(log, reset)` and returning `(done, score)`.
-    """
+
+def _simulate_call(function, batch, steps_per_call):
+    """A `_run_timed` call: one full step function call without logging or forced reset;
+    returns the environment steps it took."""
     import tensorflow as tf
 
-    from batchrl.tools import simulate as simulate_lib
-
-    simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
-    batch = len(batch_env)
-
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
-    def step_function(log, reset):
-        summaries = writer.as_default(step=step) if writer else contextlib.nullcontext()
-        with summaries:
-            done, score = simulate_lib.simulate(batch_env, algo, log, reset)
-        if step is not None:
-            with tf.control_dependencies([done, score]):
-                step.assign_add(batch)
-        return done, score
-
-    return step_function
-
-
-def _simulate_call(function, batch):
-    """A `_run_timed` call: one step function call without logging or forced reset."""
-    import tensorflow as tf
-
-    false = tf.constant(False)
+    false, count = tf.constant(False), tf.constant(steps_per_call)
 
     def call():
-        done, _ = function(false, false)
+        done, _ = function(false, false, count)
         done.numpy()
-        return batch
+        return batch * steps_per_call
 
     return call
 
@@ -285,7 +275,8 @@ def measure_single_env(env_id, seconds, warmup):
     ends (terminated or truncated by the time limit).
 
     Args:
-      env_id: a Gymnasium id.
+      env_id: a Gymnasium id; for an in-graph environment (`batchrl.envs:Pendulum`) its
+        Gymnasium equivalent is stepped (the reference that the in-graph one replaces).
       seconds: the timed budget, in wall-clock seconds.
       warmup: the untimed warm-up, in wall-clock seconds.
 
@@ -293,7 +284,7 @@ def measure_single_env(env_id, seconds, warmup):
       `Measurement` of kind `single_env`: environment steps per second of one core.
     """
     start = time.perf_counter()
-    env = environments.create(env_id)
+    env = environments.create(environments.gymnasium_id(env_id))
     setup = time.perf_counter() - start
     try:
         actions = itertools.cycle(_action_pool(env.action_space, None))
@@ -399,31 +390,43 @@ def measure_gymnasium_vector(env_id, num_envs, asynchronous, seconds, warmup):
     return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
 
 
-def measure_simulate_mock(env_id, num_envs, processes, seconds, warmup):
-    """Steps `simulate` with `MockAlgorithm` (random valid actions), one `tf.function` call
-    per batch step, as `batchrl.tools.loop` calls it.
+def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, warmup):
+    """Steps `simulate` with `MockAlgorithm` (random valid actions) through the training
+    loop's step function (`batchrl.tools.loop.step_function`).
+
+    The batch is built as training builds it (`environments.create_batch`). An in-graph
+    environment (`batchrl.envs`) runs with `jit_compile=True`: the whole call is one XLA
+    computation.
 
     Args:
-      env_id: a Gymnasium id.
+      env_id: a Gymnasium id, or an in-graph environment (`batchrl.envs:Pendulum`).
       num_envs: the batch size.
-      processes: False for the in-process `BatchEnv`, True for `ExternalProcess` workers.
+      processes: False for in-process environments, True for worker processes.
+      steps_per_call: batch steps per `tf.function` call.
       seconds: the timed budget, in wall-clock seconds.
       warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
 
     Returns:
-      `Measurement` of kind `simulate_mock` or `simulate_mock_processes`, in environment
+      `Measurement` of kind `simulate_mock` (1 step per call, in-process),
+      `simulate_mock_loop` (more, in-process) or `simulate_mock_processes`, in environment
       steps per second of the whole batch.
     """
     from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
     from batchrl.tools.mock_algorithm import MockAlgorithm
 
-    kind = "simulate_mock_processes" if processes else "simulate_mock"
+    if processes:
+        kind = "simulate_mock_processes"
+    else:
+        kind = "simulate_mock" if steps_per_call == 1 else "simulate_mock_loop"
+    native = environments.native_class(env_id) is not None
     with _batch_env(env_config(env_id, num_envs, processes)) as (batch_env, setup):
         start = time.perf_counter()
-        in_graph = InGraphBatchEnv(batch_env)
-        function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0))
+        in_graph = batch_env if native else InGraphBatchEnv(batch_env)
+        function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0), steps_per_call,
+                                  jit_compile=native)
         setup += time.perf_counter() - start
-        steps, elapsed, calls = _run_timed(_simulate_call(function, num_envs), seconds, warmup)
+        steps, elapsed, calls = _run_timed(
+            _simulate_call(function, num_envs, steps_per_call), seconds, warmup)
     return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
 
 
@@ -438,7 +441,7 @@ def _agent_config(env_id, num_envs, overrides):
     return config, agent_lib
 
 
-def measure_ppo_inference(env_id, num_envs, seconds, warmup, overrides=None):
+def measure_ppo_inference(env_id, num_envs, steps_per_call, seconds, warmup, overrides=None):
     """Steps `simulate` with BatchPPO acting (mean action), learning off.
 
     The agent is built with `batchrl.scripts.agent.build` from the environment's config
@@ -447,6 +450,7 @@ def measure_ppo_inference(env_id, num_envs, seconds, warmup, overrides=None):
     Args:
       env_id: a Gymnasium id.
       num_envs: the batch size (`num_agents`).
+      steps_per_call: batch steps per `tf.function` call.
       seconds: the timed budget, in wall-clock seconds.
       warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
       overrides: optional dict of further config overrides.
@@ -460,14 +464,15 @@ def measure_ppo_inference(env_id, num_envs, seconds, warmup, overrides=None):
         agent = agent_lib.build(config, batch_env)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
-        function = _step_function(agent.batch_env, agent.algo)
+        function = _step_function(agent.batch_env, agent.algo, steps_per_call)
         setup += time.perf_counter() - start
-        steps, elapsed, calls = _run_timed(_simulate_call(function, num_envs), seconds, warmup)
+        steps, elapsed, calls = _run_timed(
+            _simulate_call(function, num_envs, steps_per_call), seconds, warmup)
     return Measurement("ppo_inference", env_id, num_envs, steps, elapsed, calls, setup)
 
 
-def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_seconds=600.0,
-                         overrides=None):
+def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_updates=1,
+                         max_seconds=600.0, overrides=None):
     """Trains BatchPPO through `simulate` (sampled actions, learning on, the config's update
     schedule, summaries to a temporary directory as in training); updates are timed too.
 
@@ -481,6 +486,7 @@ def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_s
     Args:
       env_id: a Gymnasium id.
       num_envs: the batch size (`num_agents`).
+      steps_per_call: batch steps per `tf.function` call.
       seconds: the minimal timed budget, in wall-clock seconds.
       warmup: the untimed warm-up (includes the trace), in wall-clock seconds.
       min_updates: the minimal number of PPO updates in the timed window.
@@ -500,16 +506,18 @@ def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_s
         start = time.perf_counter()
         agent = agent_lib.build(config, batch_env)
         writer = tf.summary.create_file_writer(logdir)
-        function = _step_function(agent.batch_env, agent.algo, writer, agent.step)
+        function = _step_function(agent.batch_env, agent.algo, steps_per_call, writer,
+                                  agent.step)
         iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations
         setup += time.perf_counter() - start
         # Warm-up with learning off: traces, and leaves the memory empty.
         agent.is_training.assign(False)
         agent.should_log.assign(False)
-        _warm_up(_simulate_call(function, num_envs), warmup)
+        _warm_up(_simulate_call(function, num_envs, steps_per_call), warmup)
         agent.is_training.assign(True)
         agent.should_log.assign(True)
         true, false = tf.constant(True), tf.constant(False)
+        count = tf.constant(steps_per_call)
         adam_steps = int(iterations.numpy())
         steps = calls = updates = 0
         next_log = config.log_every
@@ -518,17 +526,18 @@ def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_s
         end, deadline = start + seconds, start + max(seconds, max_seconds)
         try:
             while True:
-                log = steps + num_envs >= next_log
-                if log:
+                after = steps + num_envs * steps_per_call
+                log = after >= next_log
+                while next_log <= after:
                     next_log += config.log_every
-                done, _ = function(true if log else false, reset)
+                done, _ = function(true if log else false, reset, count)
                 reset = false
-                steps += num_envs
+                steps = after
                 calls += 1
                 updated = False
                 if done.numpy().any():  # Updates happen only when episodes end.
-                    count = int(iterations.numpy())
-                    updated, adam_steps = count != adam_steps, count
+                    now_steps = int(iterations.numpy())
+                    updated, adam_steps = now_steps != adam_steps, now_steps
                     updates += updated
                 now = time.perf_counter()
                 if now >= end and (min_updates <= 0 or updated and updates >= min_updates):
@@ -545,15 +554,20 @@ def measure_ppo_training(env_id, num_envs, seconds, warmup, min_updates=1, max_s
 
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
-                  log=print):
+                  log=print, native_sizes=(32, 4096), steps_per_call=100):
     """Runs every measurement for every environment id and batch size.
 
     Args:
-      envs: Gymnasium ids.
-      sizes: batch sizes.
+      envs: Gymnasium ids and in-graph environments (`batchrl.envs:Pendulum`).
+      sizes: batch sizes of Gymnasium environments.
       seconds, warmup: the timed budget and the warm-up of each measurement, in seconds.
       min_updates, max_train_seconds: see `measure_ppo_training`.
       log: callable receiving one line of progress per measurement.
+      native_sizes: batch sizes of in-graph environments; only the kinds that apply to
+        them are measured (`single_env` of the Gymnasium equivalent, `simulate_mock_loop`,
+        `ppo_inference`, `ppo_training`).
+      steps_per_call: K, the batch steps per `tf.function` call of the `_loop`,
+        `_processes` and `ppo_` kinds.
 
     Returns:
       list of `Measurement`s.
@@ -563,23 +577,30 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
     def record(measurement):
         results.append(measurement)
         extra = f", {measurement.updates} updates" if measurement.updates is not None else ""
-        log(f"{measurement.env:>16} {measurement.num_envs:>4} {measurement.kind:<24}"
+        log(f"{measurement.env:>21} {measurement.num_envs:>4} {measurement.kind:<24}"
             f"{measurement.steps_per_second:>12,.0f} steps/s  (setup "
             f"{measurement.setup_seconds:.1f} s{extra})")
 
     timing = dict(seconds=seconds, warmup=warmup)
+    training = dict(min_updates=min_updates, max_seconds=max_train_seconds, **timing)
     for env_id in envs:
         record(measure_single_env(env_id, **timing))
+        if environments.native_class(env_id):
+            for size in native_sizes:
+                record(measure_simulate_mock(env_id, size, False, steps_per_call, **timing))
+                record(measure_ppo_inference(env_id, size, steps_per_call, **timing))
+                record(measure_ppo_training(env_id, size, steps_per_call, **training))
+            continue
         for size in sizes:
             record(measure_batch_env(env_id, size, False, **timing))
             record(measure_batch_env(env_id, size, True, **timing))
             record(measure_gymnasium_vector(env_id, size, False, **timing))
             record(measure_gymnasium_vector(env_id, size, True, **timing))
-            record(measure_simulate_mock(env_id, size, False, **timing))
-            record(measure_simulate_mock(env_id, size, True, **timing))
-            record(measure_ppo_inference(env_id, size, **timing))
-            record(measure_ppo_training(env_id, size, min_updates=min_updates,
-                                        max_seconds=max_train_seconds, **timing))
+            record(measure_simulate_mock(env_id, size, False, 1, **timing))
+            record(measure_simulate_mock(env_id, size, False, steps_per_call, **timing))
+            record(measure_simulate_mock(env_id, size, True, steps_per_call, **timing))
+            record(measure_ppo_inference(env_id, size, steps_per_call, **timing))
+            record(measure_ppo_training(env_id, size, steps_per_call, **training))
     return results
 
 
@@ -682,7 +703,8 @@ def markdown(report):
         f"{machine['gymnasium']}, MuJoCo {machine['mujoco']}, NumPy {machine['numpy']}.",
         "",
         f"Settings: {settings['seconds']:g} s timed per measurement after {settings['warmup']:g} s "
-        f"of warm-up (the first `tf.function` call, which traces, is part of it); "
+        f"of warm-up (the first `tf.function` call, which traces, is part of it); K = "
+        f"{settings.get('steps_per_call', 1)} batch steps per call in the K-step kinds; "
         + (f"`ppo_training` runs on to the end of an update, at least "
            f"{settings['min_updates']} in the window."
            if settings["min_updates"] > 0 else "`ppo_training` is not required to update.")
@@ -710,8 +732,10 @@ def markdown(report):
         lines += ["", f"## {env}", ""]
         if single:
             rate = single[0]["steps_per_second"]
-            lines += [f"One environment in a plain loop: **{rate:,.0f} steps/s** per core; "
-                      f"{cores}-core limit {rate * cores:,.0f} steps/s.", ""]
+            equivalent = environments.gymnasium_id(env)
+            what = f" ({equivalent}, the Gymnasium equivalent)" if equivalent != env else ""
+            lines += [f"One environment{what} in a plain loop: **{rate:,.0f} steps/s** per "
+                      f"core; {cores}-core limit {rate * cores:,.0f} steps/s.", ""]
         lines += ["Steps/s:", "",
                   "| kind | " + " | ".join(f"{size} envs" for size in sizes) + " |",
                   "|---|" + "---:|" * len(sizes)]
@@ -752,10 +776,17 @@ def _parser():
                     "and BatchPPO against a single environment, the core limit and "
                     "Gymnasium's vector environments. Writes JSON and Markdown.")
     parser.add_argument("--envs", nargs="+", metavar="ID",
-                        help=f"Gymnasium ids (default: {' '.join(DEFAULTS['envs'])})")
+                        help="Gymnasium ids and in-graph environments (default: "
+                             f"{' '.join(DEFAULTS['envs'])})")
     parser.add_argument("--sizes", nargs="+", type=int, metavar="N",
-                        help="batch sizes (default: "
+                        help="batch sizes of Gymnasium environments (default: "
                              f"{' '.join(map(str, DEFAULTS['sizes']))})")
+    parser.add_argument("--native-sizes", nargs="+", type=int, metavar="N",
+                        help="batch sizes of in-graph environments (default: "
+                             f"{' '.join(map(str, DEFAULTS['native_sizes']))})")
+    parser.add_argument("--steps-per-call", type=int, metavar="K",
+                        help="batch steps per tf.function call of the K-step kinds "
+                             f"(default: {DEFAULTS['steps_per_call']})")
     parser.add_argument("--seconds", type=float,
                         help=f"timed seconds per measurement (default: {DEFAULTS['seconds']:g})")
     parser.add_argument("--warmup", type=float,
@@ -793,8 +824,9 @@ def main(argv=None):
     settings = {key: getattr(args, key) if getattr(args, key) is not None else value
                 for key, value in preset.items()}
     settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
-    if any(size <= 0 for size in settings["sizes"]) or settings["seconds"] <= 0:
-        print("error: sizes and seconds must be positive", file=sys.stderr)
+    if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
+            or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0):
+        print("error: sizes, seconds and steps per call must be positive", file=sys.stderr)
         return 2
     try:
         for env_id in settings["envs"]:
@@ -804,12 +836,14 @@ def main(argv=None):
         return 2
     command = _command(argv)
     print(f"{command}: {os.cpu_count()} CPUs; envs {' '.join(settings['envs'])}; sizes "
-          f"{' '.join(map(str, settings['sizes']))}; {settings['seconds']:g} s each.",
-          flush=True)
+          f"{' '.join(map(str, settings['sizes']))} (in-graph: "
+          f"{' '.join(map(str, settings['native_sizes']))}); K = "
+          f"{settings['steps_per_call']}; {settings['seconds']:g} s each.", flush=True)
     measurements = run_benchmark(
         settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
         settings["min_updates"], settings["max_train_seconds"],
-        log=functools.partial(print, flush=True))
+        log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
+        steps_per_call=settings["steps_per_call"])
     leftover = multiprocessing.active_children()
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)

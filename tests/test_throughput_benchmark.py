@@ -1,4 +1,5 @@
-"""scripts/throughput_benchmark.py in quick mode on Pendulum with 2 environments.
+"""scripts/throughput_benchmark.py in quick mode on Pendulum (Gymnasium's and the in-graph
+one) with 2 environments.
 
 No timing assertions (the machine may be busy): every measurement runs, reports a positive
 rate, closes its worker processes, and the JSON and Markdown reports hold every row.
@@ -15,7 +16,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import throughput_benchmark as benchmark  # noqa: E402
 
 ENV = "Pendulum-v1"
+NATIVE = "batchrl.envs:Pendulum"
 SIZE = 2
+NATIVE_KINDS = {"single_env", "simulate_mock_loop", "ppo_inference", "ppo_training"}
 TIMING = dict(seconds=0.2, warmup=0.05)
 
 
@@ -25,7 +28,8 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     json_path, markdown_path = out / "performance.json", out / "performance.md"
     code = benchmark.main([
-        "--quick", "--envs", ENV, "--sizes", str(SIZE), "--seconds", str(TIMING["seconds"]),
+        "--quick", "--envs", ENV, NATIVE, "--sizes", str(SIZE), "--native-sizes", str(SIZE),
+        "--steps-per-call", "3", "--seconds", str(TIMING["seconds"]),
         "--warmup", str(TIMING["warmup"]), "--json", str(json_path),
         "--output", str(markdown_path)])
     assert code == 0
@@ -34,18 +38,21 @@ def quick_run(tmp_path_factory):
 
 def test_every_measurement_reports_positive_rate(quick_run):
     report, _ = quick_run
-    rows = {(row["kind"], row["num_envs"]): row for row in report["rows"]}
-    expected = {("single_env", 1)} | {
-        (kind, SIZE) for kind in benchmark.KINDS if kind != "single_env"}
+    rows = {(row["env"], row["kind"], row["num_envs"]): row for row in report["rows"]}
+    expected = {(env, "single_env", 1) for env in (ENV, NATIVE)} | {
+        (ENV, kind, SIZE) for kind in benchmark.KINDS if kind != "single_env"} | {
+        (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - {"single_env"}}
     assert set(rows) == expected
     for key, row in rows.items():
-        assert row["env"] == ENV
         assert row["steps"] > 0 and row["seconds"] > 0, key
         assert row["steps_per_second"] > 0, key
         assert row["vs_single_env"] > 0 and row["vs_core_limit"] > 0, key
-        if row["baseline"] is not None:
+        if row["baseline"] is not None and row["env"] == ENV:  # All measured for ENV.
             assert row["vs_baseline"] > 0, key
-    assert rows["ppo_training", SIZE]["updates"] is not None
+    assert rows[ENV, "ppo_training", SIZE]["updates"] is not None
+    # K steps per call: every call of a K-step kind counts K batch steps.
+    loop = rows[ENV, "simulate_mock_loop", SIZE]
+    assert loop["steps"] == loop["calls"] * SIZE * 3
 
 
 def test_report_holds_machine_command_and_every_row(quick_run):
@@ -69,7 +76,7 @@ def test_no_worker_process_is_left(quick_run):
 def test_training_counts_updates_in_the_window():
     # A short schedule (an update after 2 episodes) so that the window holds an update.
     measurement = benchmark.measure_ppo_training(
-        ENV, SIZE, min_updates=1, max_seconds=30.0,
+        ENV, SIZE, 1, min_updates=1, max_seconds=30.0,
         overrides={"update_every": 2, "update_epochs": 1}, **TIMING)
     assert measurement.kind == "ppo_training"
     assert measurement.updates >= 1
