@@ -13,10 +13,12 @@ run and one process, environment steps per second (every environment's step coun
   in a plain Python loop, reset when its episode ends: the per-core reference. Times
   `os.cpu_count()` it is the machine's core limit (the limit if stepping were perfectly
   parallel and free of overhead).
-- `batch_env` / `batch_env_processes`: `BatchEnv` built like training builds it
-  (`environments.create_batch`): in-process with blocking calls, and with one
-  `ExternalProcess` worker per environment stepped with non-blocking calls. Random valid
-  actions; the environments whose episode ended are reset with `BatchEnv.reset(indices)`.
+- `batch_env` / `batch_env_processes` / `parallel_batch_env`: `BatchEnv` in-process with
+  blocking calls (as training builds it for `env_processes: false`), `BatchEnv` of one
+  `ExternalProcess` worker per environment stepped with non-blocking calls, and
+  `ParallelBatchEnv` (as training builds it for `env_processes: true`: one worker per core,
+  each hosting a group of the environments, shared memory). Random valid actions; the
+  environments whose episode ended are reset with `reset(indices)`.
 - `sync_vector_env` / `async_vector_env`: Gymnasium's `SyncVectorEnv` and
   `AsyncVectorEnv` (forkserver workers, shared memory) of the same environments, random
   actions sampled from the vector action space. Autoreset is Gymnasium 1.x's default
@@ -26,7 +28,7 @@ run and one process, environment steps per second (every environment's step coun
   `batchrl.tools.simulate` with `MockAlgorithm` (random actions) through the training
   loop's step function (`batchrl.tools.loop.step_function`): in-process with one step per
   `tf.function` call and with K (`--steps-per-call`) steps per call, and with the worker
-  processes that training starts for `env_processes: true`, K steps per call.
+  `ParallelBatchEnv` that training starts for `env_processes: true`, K steps per call.
 - `ppo_inference`: the same with BatchPPO (`batchrl.scripts.agent.build` from the config of
   the environment, e.g. `pendulum` or `cheetah`, with `num_agents` overridden and
   in-process environments), `is_training` false: the mean action, nothing recorded; K
@@ -46,9 +48,9 @@ Each measurement builds its environments (the setup time is reported), warms up 
 of the warm-up), then counts the steps of `--seconds` seconds of wall-clock time, and closes
 everything it started. Ratios are taken against baselines of the same run: the single
 environment (per core), the core limit, and per row a baseline named in `BASELINES` (e.g.
-`simulate_mock` against `batch_env`, `simulate_mock_processes` against
-`async_vector_env`). Absolute figures drift between runs and with other load on the
-machine: compare ratios within one run.
+`simulate_mock` against `batch_env`, `simulate_mock_processes` and `parallel_batch_env`
+against `async_vector_env`). Absolute figures drift between runs and with other load on
+the machine: compare ratios within one run.
 
 Writes a JSON file (`--json`, default docs/performance.json) and a Markdown report
 (`--output`, default docs/performance.md) with the machine, the date, the command, every
@@ -77,6 +79,7 @@ import numpy as np
 
 from batchrl.scripts import configs, environments
 from batchrl.tools import wrappers
+from batchrl.tools.batch_env import BatchEnv
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
@@ -85,13 +88,15 @@ KINDS = {
     "single_env": "1 env, plain Python loop (per-core reference)",
     "batch_env": "BatchEnv, in-process (blocking)",
     "batch_env_processes": "BatchEnv, one ExternalProcess worker per env (non-blocking)",
+    "parallel_batch_env": "ParallelBatchEnv, one worker per core hosting several envs, "
+                          "shared memory",
     "sync_vector_env": "Gymnasium SyncVectorEnv",
     "async_vector_env": "Gymnasium AsyncVectorEnv (forkserver)",
     "simulate_mock": "simulate + MockAlgorithm, in-process BatchEnv, 1 step per call",
     "simulate_mock_loop": "simulate + MockAlgorithm, in-process (an in-graph env: XLA), "
                           "K steps per call",
-    "simulate_mock_processes": "simulate + MockAlgorithm, worker processes as training "
-                               "makes them (`env_processes: true`), K steps per call",
+    "simulate_mock_processes": "simulate + MockAlgorithm, ParallelBatchEnv as training "
+                               "makes it (`env_processes: true`), K steps per call",
     "ppo_inference": "simulate + BatchPPO inference (is_training false), K steps per call",
     "ppo_training": "simulate + BatchPPO training, updates included, K steps per call",
 }
@@ -100,6 +105,7 @@ KINDS = {
 BASELINES = {
     "batch_env": "sync_vector_env",
     "batch_env_processes": "async_vector_env",
+    "parallel_batch_env": "async_vector_env",
     "simulate_mock": "batch_env",
     "simulate_mock_loop": "batch_env",
     "simulate_mock_processes": "async_vector_env",
@@ -233,7 +239,7 @@ def config_name(env_id):
 
 @contextlib.contextmanager
 def _batch_env(config):
-    """The config's `BatchEnv` (as training builds it), closed on exit; yields
+    """The config's batch (as training builds it), closed on exit; yields
     `(batch_env, setup_seconds)`."""
     start = time.perf_counter()
     batch_env = environments.create_batch(config)
@@ -304,24 +310,49 @@ def measure_single_env(env_id, seconds, warmup):
     return Measurement("single_env", env_id, 1, steps, elapsed, calls, setup)
 
 
-def measure_batch_env(env_id, num_envs, processes, seconds, warmup):
-    """Steps a `BatchEnv` from Python with random valid actions; the environments whose
-    episode ended are reset with `BatchEnv.reset(indices)`.
+@contextlib.contextmanager
+def _external_batch_env(config):
+    """A `BatchEnv` of one `ExternalProcess` worker per environment (non-blocking calls),
+    seeded like `environments.create_batch`, closed on exit; yields `(batch_env,
+    setup_seconds)`."""
+    start = time.perf_counter()
+    constructor = functools.partial(environments.create, config.env,
+                                    environments.episode_limit(config))
+    workers = []
+    try:
+        for index in range(config.num_agents):
+            workers.append(wrappers.ExternalProcess(constructor, name=f"env {index}"))
+        batch_env = BatchEnv(workers, blocking=False)
+        batch_env.reset(seed=config.seed)
+        yield batch_env, time.perf_counter() - start
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def measure_batch_env(env_id, num_envs, kind, seconds, warmup):
+    """Steps a batch of environments from Python with random valid actions; the
+    environments whose episode ended are reset with `reset(indices)`.
 
     Args:
       env_id: a Gymnasium id.
       num_envs: the batch size.
-      processes: False for in-process environments stepped with blocking calls; True for
-        `ExternalProcess` workers stepped with non-blocking calls.
+      kind: `batch_env` (in-process `BatchEnv`, blocking calls), `batch_env_processes`
+        (`BatchEnv` of one `ExternalProcess` worker per environment, non-blocking calls) or
+        `parallel_batch_env` (`ParallelBatchEnv` with one worker per core).
       seconds: the timed budget, in wall-clock seconds.
       warmup: the untimed warm-up, in wall-clock seconds.
 
     Returns:
-      `Measurement` of kind `batch_env` or `batch_env_processes`, in environment steps per
-      second of the whole batch.
+      `Measurement` of `kind`, in environment steps per second of the whole batch.
     """
-    kind = "batch_env_processes" if processes else "batch_env"
-    with _batch_env(env_config(env_id, num_envs, processes)) as (batch_env, setup):
+    if kind == "batch_env_processes":
+        batch = _external_batch_env(env_config(env_id, num_envs, True))
+    elif kind in ("batch_env", "parallel_batch_env"):
+        batch = _batch_env(env_config(env_id, num_envs, kind == "parallel_batch_env"))
+    else:
+        raise ValueError(f"not a batch kind: {kind!r}")
+    with batch as (batch_env, setup):
         actions = itertools.cycle(_action_pool(batch_env.action_space, num_envs))
 
         def call():
@@ -592,8 +623,8 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
                 record(measure_ppo_training(env_id, size, steps_per_call, **training))
             continue
         for size in sizes:
-            record(measure_batch_env(env_id, size, False, **timing))
-            record(measure_batch_env(env_id, size, True, **timing))
+            for kind in ("batch_env", "batch_env_processes", "parallel_batch_env"):
+                record(measure_batch_env(env_id, size, kind, **timing))
             record(measure_gymnasium_vector(env_id, size, False, **timing))
             record(measure_gymnasium_vector(env_id, size, True, **timing))
             record(measure_simulate_mock(env_id, size, False, 1, **timing))

@@ -32,6 +32,7 @@ def test_dump_round_trips(tmp_path):
     (["polcy_lr=1"], "unknown config key 'polcy_lr'.*did you mean policy_lr"),
     (["num_agents=two"], "'num_agents' must be an integer"),
     (["num_agents=0"], "'num_agents' must be positive"),
+    (["num_workers=0"], "'num_workers' must be positive"),
     (["discount=1.5"], "'discount' must be between 0 and 1"),
     (["env_processes=1"], "'env_processes' must be true or false"),
     (["policy_layers=[0]"], "'policy_layers' must be a list of positive integers"),

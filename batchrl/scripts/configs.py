@@ -18,10 +18,11 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
 _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
-             "chunk_length", "batch_size", "worker_timeout", "steps_per_call"}
+             "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
+             "num_workers"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
-_OPTIONAL_INT = {"max_length", "chunk_length", "batch_size"}
+_OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
 _CHOICES = {"algorithm": ("ppo",)}
 

@@ -16,7 +16,8 @@ import gymnasium as gym
 
 from batchrl.scripts.configs import ConfigError
 from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.wrappers import ExternalProcess, standard_wrappers
+from batchrl.tools.parallel_batch_env import ParallelBatchEnv
+from batchrl.tools.wrappers import standard_wrappers
 
 
 def _resolve(env):
@@ -105,8 +106,9 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
 
 
 def create_batch(config):
-    """The batch of a config: `config.num_agents` environments, in worker processes
-    when `config.env_processes`, else in this process.
+    """The batch of a config: `config.num_agents` environments, in this process, or when
+    `config.env_processes` in a `ParallelBatchEnv` of `config.num_workers` worker processes
+    (None: one per core), each hosting a contiguous group of the environments.
 
     The environments' random generators are seeded with `config.seed + index`. For an
     in-graph environment class (`native_class`), returns that class's instance for the
@@ -119,16 +121,9 @@ def create_batch(config):
     constructor = functools.partial(
         create, config.env, episode_limit(config), kwargs=config.env_kwargs)
     if config.env_processes:
-        envs = []
-        try:
-            for index in range(config.num_agents):
-                envs.append(ExternalProcess(constructor, name=f"env {index} ({config.env})",
-                                            timeout=config.worker_timeout))
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
-        batch_env = BatchEnv(envs, blocking=False)
+        batch_env = ParallelBatchEnv(constructor, config.num_agents,
+                                     num_workers=config.num_workers,
+                                     timeout=config.worker_timeout, name=config.env)
     else:
         envs = []
         for index in range(config.num_agents):
