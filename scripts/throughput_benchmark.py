@@ -118,10 +118,11 @@ CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
                 "batchrl.envs:Pendulum": "pendulum_native"}
 
 DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
-                sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=5.0,
-                warmup=1.0, min_updates=1)
+                sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=3.0,
+                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=1)
 QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
-             native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0)
+             native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
+             repeats=1, inter_op_threads=1)
 
 # Random actions are drawn once, before timing, and cycled through.
 ACTION_POOL = 64
@@ -143,6 +144,8 @@ class Measurement:
       setup_seconds: wall-clock seconds to build the environments (and agent), before the
         warm-up.
       updates: PPO updates inside the timed window (`ppo_training` only, else None).
+      samples: steps per second of every repeat of this measurement, in the order they ran,
+        when it was repeated (`run_benchmark`); this one is the median repeat.
     """
 
     kind: str
@@ -153,6 +156,7 @@ class Measurement:
     calls: int
     setup_seconds: float
     updates: int | None = None
+    samples: tuple = ()
 
     @property
     def steps_per_second(self):
@@ -585,8 +589,13 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
 
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
-                  log=print, native_sizes=(32, 4096), steps_per_call=100):
+                  log=print, native_sizes=(32, 4096), steps_per_call=100, repeats=1):
     """Runs every measurement for every environment id and batch size.
+
+    With `repeats` > 1 the measurements of one environment and batch size run in
+    `repeats` rounds, one of each kind per round, so that slow drifts of the machine's
+    speed hit every kind alike; each kind's result is its median repeat (its `samples`
+    hold every repeat's steps/s). The single environment is repeated likewise, first.
 
     Args:
       envs: Gymnasium ids and in-graph environments (`batchrl.envs:Pendulum`).
@@ -599,39 +608,58 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
         `ppo_inference`, `ppo_training`).
       steps_per_call: K, the batch steps per `tf.function` call of the `_loop`,
         `_processes` and `ppo_` kinds.
+      repeats: int >= 1, the rounds of each group of measurements.
 
     Returns:
-      list of `Measurement`s.
+      list of `Measurement`s, one per kind, environment and batch size.
     """
     results = []
 
-    def record(measurement):
-        results.append(measurement)
-        extra = f", {measurement.updates} updates" if measurement.updates is not None else ""
-        log(f"{measurement.env:>21} {measurement.num_envs:>4} {measurement.kind:<24}"
-            f"{measurement.steps_per_second:>12,.0f} steps/s  (setup "
-            f"{measurement.setup_seconds:.1f} s{extra})")
+    def run_group(measures):
+        """Runs `repeats` rounds of the zero-argument `measures`; records the medians."""
+        runs = [[] for _ in measures]
+        for round_ in range(repeats):
+            for measure, kind_runs in zip(measures, runs, strict=True):
+                measurement = measure()
+                kind_runs.append(measurement)
+                extra = (f", {measurement.updates} updates"
+                         if measurement.updates is not None else "")
+                counter = f" [{round_ + 1}/{repeats}]" if repeats > 1 else ""
+                log(f"{measurement.env:>21} {measurement.num_envs:>4} {measurement.kind:<24}"
+                    f"{measurement.steps_per_second:>12,.0f} steps/s  (setup "
+                    f"{measurement.setup_seconds:.1f} s{extra}){counter}")
+        for kind_runs in runs:
+            ranked = sorted(kind_runs, key=lambda m: m.steps_per_second)
+            median = ranked[(len(ranked) - 1) // 2]
+            samples = tuple(m.steps_per_second for m in kind_runs) if repeats > 1 else ()
+            results.append(dataclasses.replace(median, samples=samples))
 
     timing = dict(seconds=seconds, warmup=warmup)
     training = dict(min_updates=min_updates, max_seconds=max_train_seconds, **timing)
+    partial = functools.partial
     for env_id in envs:
-        record(measure_single_env(env_id, **timing))
+        run_group([partial(measure_single_env, env_id, **timing)])
         if environments.native_class(env_id):
             for size in native_sizes:
-                record(measure_simulate_mock(env_id, size, False, steps_per_call, **timing))
-                record(measure_ppo_inference(env_id, size, steps_per_call, **timing))
-                record(measure_ppo_training(env_id, size, steps_per_call, **training))
+                run_group([
+                    partial(measure_simulate_mock, env_id, size, False, steps_per_call,
+                            **timing),
+                    partial(measure_ppo_inference, env_id, size, steps_per_call, **timing),
+                    partial(measure_ppo_training, env_id, size, steps_per_call, **training),
+                ])
             continue
         for size in sizes:
-            for kind in ("batch_env", "batch_env_processes", "parallel_batch_env"):
-                record(measure_batch_env(env_id, size, kind, **timing))
-            record(measure_gymnasium_vector(env_id, size, False, **timing))
-            record(measure_gymnasium_vector(env_id, size, True, **timing))
-            record(measure_simulate_mock(env_id, size, False, 1, **timing))
-            record(measure_simulate_mock(env_id, size, False, steps_per_call, **timing))
-            record(measure_simulate_mock(env_id, size, True, steps_per_call, **timing))
-            record(measure_ppo_inference(env_id, size, steps_per_call, **timing))
-            record(measure_ppo_training(env_id, size, steps_per_call, **training))
+            run_group([
+                *(partial(measure_batch_env, env_id, size, kind, **timing)
+                  for kind in ("batch_env", "batch_env_processes", "parallel_batch_env")),
+                partial(measure_gymnasium_vector, env_id, size, False, **timing),
+                partial(measure_gymnasium_vector, env_id, size, True, **timing),
+                partial(measure_simulate_mock, env_id, size, False, 1, **timing),
+                partial(measure_simulate_mock, env_id, size, False, steps_per_call, **timing),
+                partial(measure_simulate_mock, env_id, size, True, steps_per_call, **timing),
+                partial(measure_ppo_inference, env_id, size, steps_per_call, **timing),
+                partial(measure_ppo_training, env_id, size, steps_per_call, **training),
+            ])
     return results
 
 
@@ -734,7 +762,12 @@ def markdown(report):
         f"{machine['gymnasium']}, MuJoCo {machine['mujoco']}, NumPy {machine['numpy']}.",
         "",
         f"Settings: {settings['seconds']:g} s timed per measurement after {settings['warmup']:g} s "
-        f"of warm-up (the first `tf.function` call, which traces, is part of it); K = "
+        f"of warm-up (the first `tf.function` call, which traces, is part of it); "
+        + (f"each figure is the median of {settings['repeats']} repeats, run in rounds of "
+           f"every kind for one environment and size (`range`: the slowest and fastest "
+           f"repeat); " if settings.get("repeats", 1) > 1 else "")
+        + f"TensorFlow with {settings.get('inter_op_threads', 0)} inter-op threads "
+        f"(0: its default); K = "
         f"{settings.get('steps_per_call', 1)} batch steps per call in the K-step kinds; "
         + (f"`ppo_training` runs on to the end of an update, at least "
            f"{settings['min_updates']} in the window."
@@ -778,16 +811,19 @@ def markdown(report):
                      if (kind, size) in by_key else "–" for size in sizes]
             lines.append(f"| `{kind}` | " + " | ".join(cells) + " |")
         lines += ["", "Every figure:", "",
-                  f"| envs | kind | steps/s | × 1 env | × {cores}-core limit | vs baseline "
-                  "| calls | s timed | setup s | updates |",
-                  "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+                  f"| envs | kind | steps/s | range | × 1 env | × {cores}-core limit | "
+                  "vs baseline | calls | s timed | setup s | updates |",
+                  "|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|"]
         order = {kind: index for index, kind in enumerate(KINDS)}
         for row in sorted(env_rows, key=lambda r: (r["num_envs"], order.get(r["kind"], 99))):
             baseline = ("–" if row["baseline"] is None
                         else f"{_ratio(row['vs_baseline'])} `{row['baseline']}`")
             updates = "" if row["updates"] is None else str(row["updates"])
+            samples = row.get("samples") or ()
+            spread = f"{min(samples):,.0f}–{max(samples):,.0f}" if samples else "–"
             lines.append(
                 f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} | "
+                f"{spread} | "
                 f"{_ratio(row['vs_single_env'])} | {_ratio(row['vs_core_limit'])} | "
                 f"{baseline} | {row['calls']:,} | {row['seconds']:.2f} | "
                 f"{row['setup_seconds']:.2f} | {updates} |")
@@ -825,6 +861,13 @@ def _parser():
     parser.add_argument("--min-updates", type=int,
                         help="PPO updates the training window includes at least "
                              f"(default: {DEFAULTS['min_updates']})")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help="rounds of every measurement; figures are the medians "
+                             f"(default: {DEFAULTS['repeats']})")
+    parser.add_argument("--inter-op-threads", type=int, metavar="N",
+                        help="TensorFlow's inter-op threads, as the config key "
+                             "inter_op_threads (0: TensorFlow's default; default: "
+                             f"{DEFAULTS['inter_op_threads']})")
     parser.add_argument("--max-train-seconds", type=float, default=600.0,
                         help="cap of a training window, in seconds (default: %(default)g)")
     parser.add_argument("--quick", action="store_true",
@@ -856,8 +899,10 @@ def main(argv=None):
                 for key, value in preset.items()}
     settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
     if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
-            or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0):
-        print("error: sizes, seconds and steps per call must be positive", file=sys.stderr)
+            or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0
+            or settings["repeats"] <= 0 or settings["inter_op_threads"] < 0):
+        print("error: sizes, seconds, steps per call and repeats must be positive, "
+              "inter-op threads not negative", file=sys.stderr)
         return 2
     try:
         for env_id in settings["envs"]:
@@ -869,12 +914,16 @@ def main(argv=None):
     print(f"{command}: {os.cpu_count()} CPUs; envs {' '.join(settings['envs'])}; sizes "
           f"{' '.join(map(str, settings['sizes']))} (in-graph: "
           f"{' '.join(map(str, settings['native_sizes']))}); K = "
-          f"{settings['steps_per_call']}; {settings['seconds']:g} s each.", flush=True)
+          f"{settings['steps_per_call']}; {settings['seconds']:g} s each, "
+          f"{settings['repeats']} repeats.", flush=True)
+    from batchrl.scripts.train import set_inter_op_threads
+
+    set_inter_op_threads(settings["inter_op_threads"])
     measurements = run_benchmark(
         settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
         settings["min_updates"], settings["max_train_seconds"],
         log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
-        steps_per_call=settings["steps_per_call"])
+        steps_per_call=settings["steps_per_call"], repeats=settings["repeats"])
     leftover = multiprocessing.active_children()
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)

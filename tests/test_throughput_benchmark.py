@@ -66,7 +66,7 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert report["command"] in text and report["date"] in text
     assert f"{machine['cpu_count']}-core limit" in text
     for row in report["rows"]:
-        assert f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} |" in text
+        assert f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} | – |" in text
 
 
 def test_no_worker_process_is_left(quick_run):
@@ -100,5 +100,21 @@ def test_build_report_ratios():
     assert by_kind["batch_env"]["vs_baseline"] is None  # SyncVectorEnv was not measured.
     assert by_kind["simulate_mock"]["baseline"] == "batch_env"
     assert by_kind["simulate_mock"]["vs_baseline"] == pytest.approx(0.5)
-    assert "| 4 | `simulate_mock` | 1,500 | 1.50× | 0.75× | 0.50× `batch_env` |" in (
+    assert "| 4 | `simulate_mock` | 1,500 | – | 1.50× | 0.75× | 0.50× `batch_env` |" in (
         benchmark.markdown(report))
+
+
+def test_repeats_report_the_median_and_the_range():
+    lines = []
+    results = benchmark.run_benchmark([ENV], [SIZE], log=lines.append, repeats=3,
+                                      min_updates=0, **TIMING)
+    assert len(lines) == 3 * len(results)  # Every kind ran 3 times...
+    assert len({(m.kind, m.env, m.num_envs) for m in results}) == len(results)  # ...once here.
+    for measurement in results:
+        assert len(measurement.samples) == 3
+        assert measurement.steps_per_second == sorted(measurement.samples)[1]
+    report = benchmark.build_report(results, {"seconds": 0.2, "warmup": 0.05,
+                                              "min_updates": 1, "repeats": 3}, "cmd")
+    single = next(m for m in results if m.kind == "single_env")
+    assert (f"| `single_env` | {single.steps_per_second:,.0f} | {min(single.samples):,.0f}–"
+            f"{max(single.samples):,.0f} |") in benchmark.markdown(report)

@@ -145,3 +145,19 @@ def test_environment_constructor_error_is_one_error_line_naming_the_environment(
     assert errors[0].startswith("error: training failed before the first step: cannot "
                                 "create the environments:")
     assert "env 0 (batchrl.tools.mock_environment:MockEnvironment)" in errors[0]
+
+
+def test_inter_op_threads_are_set_before_tensorflow_runs():
+    script = (
+        "import tensorflow as tf\n"
+        "from batchrl.scripts.train import set_inter_op_threads\n"
+        "set_inter_op_threads(1)\n"
+        "tf.constant(1.0) + 1.0\n"  # TensorFlow runs: the pool is fixed from here on.
+        "print(tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "set_inter_op_threads(0)\n"
+        "print(tf.config.threading.get_inter_op_parallelism_threads())\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1"]
+    assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr

@@ -20,7 +20,8 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
              "num_workers"}
-_NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed"}
+_NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
+                 "inter_op_threads"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
