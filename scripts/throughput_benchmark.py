@@ -70,6 +70,7 @@ import os
 import pathlib
 import platform
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,10 +120,10 @@ CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
 
 DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
                 sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=3.0,
-                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=1)
+                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=None)
 QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
-             repeats=1, inter_op_threads=1)
+             repeats=1, inter_op_threads=None)
 
 # Random actions are drawn once, before timing, and cycled through.
 ACTION_POOL = 64
@@ -589,7 +590,8 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
 
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
-                  log=print, native_sizes=(32, 4096), steps_per_call=100, repeats=1):
+                  log=print, native_sizes=(32, 4096), steps_per_call=100, repeats=1,
+                  inter_op_threads=None, own_inter_op_threads=None):
     """Runs every measurement for every environment id and batch size.
 
     With `repeats` > 1 the measurements of one environment and batch size run in
@@ -609,6 +611,13 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
       steps_per_call: K, the batch steps per `tf.function` call of the `_loop`,
         `_processes` and `ppo_` kinds.
       repeats: int >= 1, the rounds of each group of measurements.
+      inter_op_threads: TensorFlow's inter-op threads for every measurement; None for
+        those training would use for the measurement's config
+        (`batchrl.scripts.train.inter_op_threads`: 1 for in-process Gymnasium
+        environments, else 0).
+      own_inter_op_threads: the inter-op threads of this process's TensorFlow, already
+        set; a measurement that needs others runs in a new process (`_isolated`). None:
+        never start one (for callers that do not care).
 
     Returns:
       list of `Measurement`s, one per kind, environment and batch size.
@@ -636,9 +645,20 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
 
     timing = dict(seconds=seconds, warmup=warmup)
     training = dict(min_updates=min_updates, max_seconds=max_train_seconds, **timing)
-    partial = functools.partial
+
+    def partial(measure, env_id, size, *args, processes=False, **kwargs):
+        """`measure(env_id, size, *args, **kwargs)` as a zero-argument callable, in a new
+        process when its TensorFlow needs other inter-op threads than this one's."""
+        from batchrl.scripts import train
+
+        threads = inter_op_threads
+        if threads is None:
+            threads = train.inter_op_threads(env_config(env_id, size, processes))
+        if own_inter_op_threads is None or threads == own_inter_op_threads:
+            return functools.partial(measure, env_id, size, *args, **kwargs)
+        return functools.partial(_isolated, measure, threads, env_id, size, *args, **kwargs)
     for env_id in envs:
-        run_group([partial(measure_single_env, env_id, **timing)])
+        run_group([functools.partial(measure_single_env, env_id, **timing)])
         if environments.native_class(env_id):
             for size in native_sizes:
                 run_group([
@@ -656,11 +676,44 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
                 partial(measure_gymnasium_vector, env_id, size, True, **timing),
                 partial(measure_simulate_mock, env_id, size, False, 1, **timing),
                 partial(measure_simulate_mock, env_id, size, False, steps_per_call, **timing),
-                partial(measure_simulate_mock, env_id, size, True, steps_per_call, **timing),
+                partial(measure_simulate_mock, env_id, size, True, steps_per_call,
+                        processes=True, **timing),
                 partial(measure_ppo_inference, env_id, size, steps_per_call, **timing),
                 partial(measure_ppo_training, env_id, size, steps_per_call, **training),
             ])
     return results
+
+
+def _isolated(measure, inter_op_threads, *args, **kwargs):
+    """Runs `measure(*args, **kwargs)` (a `measure_` function of this module) in a new
+    Python process whose TensorFlow has `inter_op_threads` inter-op threads (fixed once
+    TensorFlow runs, so this process cannot change them); returns its `Measurement`.
+
+    Raises:
+      RuntimeError: the process failed (its error output is in the message).
+    """
+    request = json.dumps({"measure": measure.__name__, "args": args, "kwargs": kwargs,
+                          "inter_op_threads": inter_op_threads})
+    result = subprocess.run([sys.executable, __file__, "--measure", request],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{measure.__name__}{tuple(args)} failed in its own process "
+                           f"(exit code {result.returncode}):\n{result.stderr[-3000:]}")
+    return Measurement(**json.loads(result.stdout.splitlines()[-1]))
+
+
+def _measure_request(request):
+    """The other end of `_isolated`: runs the request, prints the `Measurement` as JSON."""
+    from batchrl.scripts.train import set_inter_op_threads
+
+    request = json.loads(request)
+    set_inter_op_threads(request["inter_op_threads"])
+    measure = globals()[request["measure"]]
+    if not (request["measure"].startswith("measure_") and callable(measure)):
+        raise ValueError(f"not a measurement: {request['measure']!r}")
+    measurement = measure(*request["args"], **request["kwargs"])
+    print(json.dumps(dataclasses.asdict(measurement)), flush=True)
+    return 0
 
 
 def machine_info():
@@ -766,8 +819,12 @@ def markdown(report):
         + (f"each figure is the median of {settings['repeats']} repeats, run in rounds of "
            f"every kind for one environment and size (`range`: the slowest and fastest "
            f"repeat); " if settings.get("repeats", 1) > 1 else "")
-        + f"TensorFlow with {settings.get('inter_op_threads', 0)} inter-op threads "
-        f"(0: its default); K = "
+        + ("TensorFlow's inter-op threads as training sets them (1 for in-process "
+           "Gymnasium environments, else TensorFlow's default); "
+           if settings.get("inter_op_threads") is None else
+           f"TensorFlow with {settings['inter_op_threads']} inter-op threads (0: its "
+           "default); ")
+        + "K = "
         f"{settings.get('steps_per_call', 1)} batch steps per call in the K-step kinds; "
         + (f"`ppo_training` runs on to the end of an update, at least "
            f"{settings['min_updates']} in the window."
@@ -865,9 +922,11 @@ def _parser():
                         help="rounds of every measurement; figures are the medians "
                              f"(default: {DEFAULTS['repeats']})")
     parser.add_argument("--inter-op-threads", type=int, metavar="N",
-                        help="TensorFlow's inter-op threads, as the config key "
-                             "inter_op_threads (0: TensorFlow's default; default: "
-                             f"{DEFAULTS['inter_op_threads']})")
+                        help="TensorFlow's inter-op threads of every measurement (0: "
+                             "TensorFlow's default; default: those training uses, the "
+                             "config key inter_op_threads: null; measurements that need "
+                             "other threads than this process run in their own process)")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # See `_isolated`.
     parser.add_argument("--max-train-seconds", type=float, default=600.0,
                         help="cap of a training window, in seconds (default: %(default)g)")
     parser.add_argument("--quick", action="store_true",
@@ -894,13 +953,15 @@ def _command(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    if args.measure:
+        return _measure_request(args.measure)
     preset = QUICK if args.quick else DEFAULTS
     settings = {key: getattr(args, key) if getattr(args, key) is not None else value
                 for key, value in preset.items()}
     settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
     if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
             or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0
-            or settings["repeats"] <= 0 or settings["inter_op_threads"] < 0):
+            or settings["repeats"] <= 0 or (settings["inter_op_threads"] or 0) < 0):
         print("error: sizes, seconds, steps per call and repeats must be positive, "
               "inter-op threads not negative", file=sys.stderr)
         return 2
@@ -918,12 +979,16 @@ def main(argv=None):
           f"{settings['repeats']} repeats.", flush=True)
     from batchrl.scripts.train import set_inter_op_threads
 
-    set_inter_op_threads(settings["inter_op_threads"])
+    # This process takes the threads of in-process Gymnasium environments, the most
+    # frequent measurements.
+    own_threads = 1 if settings["inter_op_threads"] is None else settings["inter_op_threads"]
+    set_inter_op_threads(own_threads)
     measurements = run_benchmark(
         settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
         settings["min_updates"], settings["max_train_seconds"],
         log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
-        steps_per_call=settings["steps_per_call"], repeats=settings["repeats"])
+        steps_per_call=settings["steps_per_call"], repeats=settings["repeats"],
+        inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
     leftover = multiprocessing.active_children()
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)

@@ -66,7 +66,8 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert report["command"] in text and report["date"] in text
     assert f"{machine['cpu_count']}-core limit" in text
     for row in report["rows"]:
-        assert f"| {row['num_envs']} | `{row['kind']}` | {row['steps_per_second']:,.0f} | – |" in text
+        rate = f"{row['steps_per_second']:,.0f}"
+        assert f"| {row['num_envs']} | `{row['kind']}` | {rate} | – |" in text
 
 
 def test_no_worker_process_is_left(quick_run):

@@ -161,3 +161,13 @@ def test_inter_op_threads_are_set_before_tensorflow_runs():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1", "1"]
     assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"env_processes": False}, 1),
+    ({"env_processes": True}, 0),
+    ({"env": "batchrl.envs:Pendulum", "env_processes": False}, 0),
+    ({"env_processes": True, "inter_op_threads": 2}, 2),
+])
+def test_inter_op_threads_follow_where_the_environments_run(overrides, expected):
+    assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected

@@ -55,16 +55,29 @@ def prepare_logdir(logdir, config):
     os.replace(temporary, path)
 
 
-def set_inter_op_threads(count):
-    """Sizes TensorFlow's inter-op thread pool (`count` threads; 0: TensorFlow's default,
-    one per core) if TensorFlow has not started yet in this process; else warns and keeps
-    the pool it has.
+def inter_op_threads(config):
+    """The size of TensorFlow's inter-op thread pool for `config` (int; 0: TensorFlow's
+    default, one per core): `config.inter_op_threads`, or when that is None, 1 for
+    Gymnasium environments stepped in this process and 0 otherwise.
 
-    One thread runs the ops of a `simulate` step one after another on the thread that
-    reached them, without handing them between threads: on the 2-core machine of
-    docs/performance.md that saved about 40 us per batch step (Pendulum, 32 in-process
-    environments) and made BatchPPO's updates no slower.
+    Measured on the 2-core machine of docs/performance.md: with the environments in this
+    process, one thread (running a step's ops one after another, none handed between
+    threads) saved about 40 us per batch step of 32 Pendulums, and BatchPPO's updates were
+    no slower; with worker processes (`env_processes`) and with the in-graph environments
+    of `batchrl.envs` the default was faster.
     """
+    from batchrl.scripts import environments
+
+    if config.inter_op_threads is not None:
+        return config.inter_op_threads
+    in_process = not config.env_processes and environments.native_class(config.env) is None
+    return 1 if in_process else 0
+
+
+def set_inter_op_threads(count):
+    """Sizes TensorFlow's inter-op thread pool (`count` threads; 0: TensorFlow's default)
+    if TensorFlow has not started yet in this process; else warns and keeps the pool it
+    has."""
     import tensorflow as tf
 
     if tf.config.threading.get_inter_op_parallelism_threads() == count:
@@ -101,7 +114,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
 
     agent_lib.check(config)
     prepare_logdir(logdir, config)
-    set_inter_op_threads(config.inter_op_threads)
+    set_inter_op_threads(inter_op_threads(config))
     try:
         batch_env = environments.create_batch(config)
     except Exception as error:  # The environments' own code (constructor, first reset).
