@@ -71,6 +71,8 @@ class InGraphBatchEnv:
         batch = len(batch_env)
         self._observ_shape = tuple(observation_space.shape)
         self._action_shape = tuple(action_shape)
+        # What `BatchEnv.step` returns: observation, reward, terminated, truncated.
+        self._step_shapes = ((batch,) + self._observ_shape, (batch,), (batch,), (batch,))
         with tf.name_scope("environment"):
             self._observ = tf.Variable(
                 tf.zeros((batch,) + self._observ_shape, tf.float32), trainable=False,
@@ -140,9 +142,9 @@ class InGraphBatchEnv:
         batch = len(self)
         observ.set_shape((batch,) + self._observ_shape)
         scalars.set_shape([batch, 3])
-        reward = scalars[:, 0]
-        terminated = tf.cast(scalars[:, 1], tf.bool)
-        done = tf.logical_or(terminated, tf.cast(scalars[:, 2], tf.bool))
+        reward, terminated, truncated = tf.unstack(scalars, axis=1)
+        done = tf.cast(terminated + truncated, tf.bool)  # The flags are 0 or 1.
+        terminated = tf.cast(terminated, tf.bool)
         assigns = [
             self._observ.assign(observ),
             self._action.assign(action),
@@ -205,17 +207,16 @@ class InGraphBatchEnv:
             self._error = error
             raise
         observ = np.asarray(observ, np.float32)
-        batch = len(self)
-        for name, value, shape in (("observation", observ, (batch,) + self._observ_shape),
-                                   ("reward", reward, (batch,)),
-                                   ("terminated", terminated, (batch,)),
-                                   ("truncated", truncated, (batch,))):
-            if np.shape(value) != shape:  # The graph declares these shapes without checking.
-                self._error = ValueError(
-                    f"the batch environment returned a {name} of shape {np.shape(value)}, "
-                    f"expected {shape}")
-                raise self._error
-        scalars = np.empty((batch, 3), np.float32)
+        shapes = (observ.shape, np.shape(reward), np.shape(terminated), np.shape(truncated))
+        if shapes != self._step_shapes:  # The graph declares these shapes without checking.
+            names = ("observation", "reward", "terminated", "truncated")
+            for name, shape, expected in zip(names, shapes, self._step_shapes, strict=True):
+                if shape != expected:
+                    self._error = ValueError(
+                        f"the batch environment returned a {name} of shape {shape}, "
+                        f"expected {expected}")
+                    raise self._error
+        scalars = np.empty((len(observ), 3), np.float32)
         scalars[:, 0] = reward
         scalars[:, 1] = terminated
         scalars[:, 2] = truncated

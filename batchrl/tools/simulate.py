@@ -49,6 +49,11 @@ def _after(dependencies, value):
         return tf.identity(value)
 
 
+def _indices(mask):
+    """int32 `[n]`, the indices of the True entries of the bool vector `mask`."""
+    return tf.cast(tf.reshape(tf.where(mask), [-1]), tf.int32)
+
+
 def _write_summaries(state, log, after):
     """When `log` is true and episodes were recorded, writes the `mean_score` and
     `mean_length` of the recorded episodes (after `after`) and starts a new average."""
@@ -62,6 +67,19 @@ def _write_summaries(state, log, after):
     with tf.control_dependencies([after]):
         return tf.cond(tf.logical_and(log, state.mean_score.count > 0), write,
                        lambda: tf.constant(False))
+
+
+def _begin_all(batch_env, state, reset):
+    """When `reset` is true, prepares new episodes for all agents: forgets the episodes
+    recorded but not yet written to a summary and sets every agent's `done` flag, so that
+    the next step begins an episode for each. Returns a bool tensor to wait for."""
+
+    def prepare():
+        forgot = [state.mean_score.clear(), state.mean_length.clear()]
+        marked = batch_env.done.assign(tf.ones([len(batch_env)], tf.bool))
+        return _after(forgot + [marked], True)
+
+    return tf.cond(reset, prepare, lambda: tf.constant(False))
 
 
 def simulate(batch_env, algo, log, reset):
@@ -93,7 +111,8 @@ def simulate(batch_env, algo, log, reset):
         each may return tensors or operations that the next phase then waits for.
       log: bool scalar tensor, write the `mean_score` / `mean_length` summaries; the
         Python value False builds no summary ops at all (as XLA needs).
-      reset: bool scalar tensor, begin new episodes for all agents.
+      reset: bool scalar tensor, begin new episodes for all agents (by setting their
+        `done` flags first); the Python value False builds no ops for it.
 
     Returns:
       `(done, score)`: bool `[batch]`, the episode ended at this step; float32 `[batch]`,
@@ -102,12 +121,16 @@ def simulate(batch_env, algo, log, reset):
     state = episode_state(batch_env)
     if log is not False:
         log = tf.convert_to_tensor(log, tf.bool)
-    reset = tf.convert_to_tensor(reset, tf.bool)
     all_indices = tf.range(len(batch_env))
 
-    begin_indices = tf.cast(tf.where(tf.logical_or(batch_env.done, reset))[:, 0], tf.int32)
+    prepared = []
+    if reset is not False:
+        prepared.append(_begin_all(batch_env, state, tf.convert_to_tensor(reset, tf.bool)))
 
+    # The indices of beginning and ending agents are computed only in the branches that
+    # need them: most steps begin and end no episode.
     def begin_episodes():
+        begin_indices = _indices(batch_env.done)
         observ = batch_env.reset(begin_indices)
         with tf.control_dependencies([observ]):
             zeros = tf.zeros_like(begin_indices)
@@ -117,13 +140,9 @@ def simulate(batch_env, algo, log, reset):
             began = algo.begin_episodes(begin_indices)
         return _after([clear_score, clear_length] + _dependencies(began), True)
 
-    def forget_recorded():
-        return _after([state.mean_score.clear(), state.mean_length.clear()], True)
-
-    forgot = tf.cond(reset, forget_recorded, lambda: tf.constant(False))
-    with tf.control_dependencies([forgot]):
-        began = tf.cond(
-            tf.size(begin_indices) > 0, begin_episodes, lambda: tf.constant(False))
+    with tf.control_dependencies(prepared):
+        any_begin = tf.reduce_any(batch_env.done)
+    began = tf.cond(any_begin, begin_episodes, lambda: tf.constant(False))
 
     with tf.control_dependencies([began]):
         observ = tf.identity(batch_env.observ)
@@ -137,11 +156,8 @@ def simulate(batch_env, algo, log, reset):
         add_length = state.length.assign_add(tf.ones_like(all_indices))
         experienced = algo.experience(all_indices, observ, action, reward, done, nextob)
 
-    end_indices = _after(
-        [add_score, add_length] + _dependencies(experienced),
-        tf.cast(tf.where(done)[:, 0], tf.int32))
-
     def end_episodes():
+        end_indices = _indices(done)
         recorded = [
             state.mean_score.submit(tf.gather(state.score, end_indices)),
             state.mean_length.submit(
@@ -150,7 +166,9 @@ def simulate(batch_env, algo, log, reset):
         ended = algo.end_episodes(end_indices)
         return _after(recorded + _dependencies(ended), True)
 
-    ended = tf.cond(tf.size(end_indices) > 0, end_episodes, lambda: tf.constant(False))
+    any_end = _after([add_score, add_length] + _dependencies(experienced),
+                     tf.reduce_any(done))
+    ended = tf.cond(any_end, end_episodes, lambda: tf.constant(False))
 
     logged = ended if log is False else _write_summaries(state, log, ended)
     with tf.control_dependencies([logged]):
@@ -170,7 +188,8 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
       log: bool scalar tensor (or the Python value False), write the summaries as
         `simulate` does, once after the last step: they cover every episode that ended
         during the call (and before it, since the last summary).
-      reset: bool scalar tensor, passed to the first step only.
+      reset: bool scalar tensor, begin new episodes for all agents at the first step (as
+        `simulate` does; prepared once, before the loop, so the steps build no ops for it).
       count: optional int32 scalar tensor in `[1, steps]`, the steps to run (default
         `steps`), so that one traced function can also run a shorter, final call.
 
@@ -182,25 +201,28 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     batch = len(batch_env)
+    state = episode_state(batch_env)
     count = tf.constant(steps) if count is None else tf.convert_to_tensor(count, tf.int32)
-    reset = tf.convert_to_tensor(reset, tf.bool)
     if log is not False:
         log = tf.convert_to_tensor(log, tf.bool)
+    prepared = _begin_all(batch_env, state, tf.convert_to_tensor(reset, tf.bool))
 
     def body(index, dones, scores):
-        done, score = simulate(batch_env, algo, False, tf.logical_and(reset, index == 0))
+        done, score = simulate(batch_env, algo, False, False)
         return index + 1, dones.write(index, done), scores.write(index, score)
 
+    with tf.control_dependencies([prepared]):
+        first = tf.identity(0)
     _, dones, scores = tf.while_loop(
         lambda index, *_: index < count,
         body,
-        [tf.constant(0), tf.TensorArray(tf.bool, steps, element_shape=[batch]),
+        [first, tf.TensorArray(tf.bool, steps, element_shape=[batch]),
          tf.TensorArray(tf.float32, steps, element_shape=[batch])],
         maximum_iterations=steps)
     # Rows never written (count < steps) read as zeros.
     dones, scores = dones.stack(), scores.stack()
     if log is False:
         return dones, scores
-    logged = _write_summaries(episode_state(batch_env), log, dones)
+    logged = _write_summaries(state, log, dones)
     with tf.control_dependencies([logged]):
         return tf.identity(dones), tf.identity(scores)
