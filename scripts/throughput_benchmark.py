@@ -43,6 +43,10 @@ An in-graph environment (`batchrl.envs:Pendulum`, batch sizes `--native-sizes`) 
 `single_env` of its Gymnasium equivalent and `simulate_mock_loop` (compiled with XLA),
 `ppo_inference` and `ppo_training`, all K steps per call.
 
+Then, for each of `--learning-seeds`, the training command trains `pendulum_native`
+(BatchPPO on the in-graph Pendulum) for `--learning-steps` steps, and the report gives the
+wall-clock seconds until its eval return first reached -200 (`measure_learning`).
+
 Each measurement builds its environments (the setup time is reported), warms up for
 `--warmup` seconds (at least two calls; the first `tf.function` call, which traces, is part
 of the warm-up), then counts the steps of `--seconds` seconds of wall-clock time, and closes
@@ -53,8 +57,9 @@ against `async_vector_env`). Absolute figures drift between runs and with other 
 the machine: compare ratios within one run.
 
 Writes a JSON file (`--json`, default docs/performance.json) and a Markdown report
-(`--output`, default docs/performance.md) with the machine, the date, the command, every
-figure and the ratios. TensorFlow is imported only by the measurements that need it, so
+(`--output`, default docs/performance.md) with the machine, the date, the command, the
+goals of the throughput work (`GOALS`) with their measured figures, every figure and the
+ratios, and the learning runs. TensorFlow is imported only by the measurements that need it, so
 that worker processes importing this module stay light.
 """
 
@@ -120,10 +125,40 @@ CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
 
 DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
                 sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=3.0,
-                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=None)
+                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=None,
+                learning_seeds=[0, 1, 2], learning_steps=400_000)
 QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
-             repeats=1, inter_op_threads=None)
+             repeats=1, inter_op_threads=None, learning_seeds=[], learning_steps=400_000)
+
+# The learning measurement (`measure_learning`): BatchPPO on the in-graph Pendulum, the
+# wall-clock time until the first eval return >= the threshold.
+LEARNING_CONFIG = "pendulum_native"
+LEARNING_THRESHOLD = -200.0
+
+# The goals of the throughput work (issue 4), checked in the report: `measure` is a row's
+# field (`vs_baseline`, `vs_core_limit`, `steps_per_second`) of the row `(env, kind,
+# num_envs)`, or `seconds_to_threshold` of the learning runs (every seed must be below).
+GOALS = [
+    dict(what="`simulate` + MockAlgorithm, Pendulum-v1, 32 envs in-process, K steps per "
+              "call, vs raw `batch_env` stepping",
+         env="Pendulum-v1", kind="simulate_mock_loop", num_envs=32, measure="vs_baseline",
+         target=0.8),
+    dict(what="`simulate` + MockAlgorithm, HalfCheetah-v5, 32 envs in worker processes, vs "
+              "Gymnasium `async_vector_env` stepping alone",
+         env="HalfCheetah-v5", kind="simulate_mock_processes", num_envs=32,
+         measure="vs_baseline", target=1.5),
+    dict(what="the same, vs the 2-core raw limit",
+         env="HalfCheetah-v5", kind="simulate_mock_processes", num_envs=32,
+         measure="vs_core_limit", target=0.7),
+    dict(what="`simulate` + MockAlgorithm, in-graph Pendulum, 4,096 envs (XLA): steps/s",
+         env="batchrl.envs:Pendulum", kind="simulate_mock_loop", num_envs=4096,
+         measure="steps_per_second", target=1_000_000),
+    dict(what=f"BatchPPO on the in-graph Pendulum (`{LEARNING_CONFIG}`): wall-clock seconds "
+              f"from the training command's start to the first eval return >= "
+              f"{LEARNING_THRESHOLD:g}, every seed",
+         measure="seconds_to_threshold", target=120.0),
+]
 
 # Random actions are drawn once, before timing, and cycled through.
 ACTION_POOL = 64
@@ -586,6 +621,59 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
                        updates)
 
 
+def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
+                     threshold=LEARNING_THRESHOLD):
+    """Trains `config` with `seed` for `steps` steps with the training command (`python -m
+    batchrl.scripts.train`, a new process, as a user runs it) in `logdir/seed-SEED`, and
+    reads when its eval return first reached `threshold`.
+
+    Args:
+      seed: int, the config's `seed`.
+      steps: int, the config's `steps` (training environment steps of the run).
+      logdir: folder for the run directory (which must not hold a run of another config).
+      config: a config name or path.
+      threshold: the eval return (`mean_score` of the eval phases) to reach.
+
+    Returns:
+      dict with `seed`, `steps` (of the run), `command_seconds` (the whole command),
+      `seconds_to_threshold` (from the command's start, TensorFlow's import, tracing and
+      evaluations included, to the eval summary that first reached `threshold`),
+      `training_seconds_to_threshold` (the same from the creation of the run's event files,
+      as in docs/results.md), `steps_to_threshold` (None for the three when not reached),
+      `final_return` and `best_return`.
+
+    Raises:
+      RuntimeError: the training command failed (its last output is in the message).
+    """
+    import learning_benchmark
+    import plot
+
+    from batchrl.scripts.events import read_scalars
+
+    run_dir = pathlib.Path(logdir) / f"seed-{seed}"
+    command = [sys.executable, "-m", "batchrl.scripts.train", f"--config={config}",
+               f"--logdir={run_dir}", "--no-progress", "--set", f"seed={seed}",
+               "--set", f"steps={steps}"]
+    start = time.time()
+    result = subprocess.run(command, capture_output=True, text=True, check=False,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    command_seconds = time.time() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} failed (exit code {result.returncode}):\n"
+                           f"{(result.stdout + result.stderr)[-3000:]}")
+    summary = learning_benchmark.summarize(plot.read_run(run_dir), threshold)
+    scores = read_scalars(run_dir / "eval", "mean_score")
+    reached = [scalar.wall_time for scalar in scores if scalar.value >= threshold]
+    minutes = summary["minutes_to_threshold"]
+    return {
+        "seed": seed, "steps": steps, "command_seconds": command_seconds,
+        "seconds_to_threshold": reached[0] - start if reached else None,
+        "training_seconds_to_threshold": None if minutes is None else minutes * 60,
+        "steps_to_threshold": summary["steps_to_threshold"],
+        "final_return": summary["final_return"], "best_return": summary["best_return"],
+    }
+
+
 # The benchmark and its report.
 
 
@@ -739,15 +827,31 @@ def machine_info():
     }
 
 
-def build_report(measurements, settings, command, machine=None, date=None):
-    """The report: machine, date, command, settings and one row per measurement with ratios.
+def paired_ratio(measurement, reference):
+    """`measurement`'s steps/s over `reference`'s (`Measurement`s), or None without a
+    reference: the median of the per-round ratios when both were repeated in the same
+    rounds (`run_benchmark` runs the kinds of one environment and size round by round, so
+    that a slow spell of the machine hits both sides of a ratio), else the ratio of the
+    two figures."""
+    if reference is None or not reference.steps_per_second:
+        return None
+    ours, theirs = measurement.samples, reference.samples
+    if len(ours) > 1 and len(ours) == len(theirs) and all(theirs):
+        return float(np.median([a / b for a, b in zip(ours, theirs, strict=True)]))
+    return measurement.steps_per_second / reference.steps_per_second
+
+
+def build_report(measurements, settings, command, machine=None, date=None, learning=None):
+    """The report: machine, date, command, settings, one row per measurement with ratios,
+    the learning runs and the goals.
 
     Each row holds the `Measurement`'s fields, `steps_per_second`, and the ratios
     `vs_single_env` (against one environment in a plain loop, per core), `vs_core_limit`
-    (against that times `cpu_count`), `baseline` (a kind, see `BASELINES`, or None) and
-    `vs_baseline` (against that kind's figure for the same environment and size; None when
-    the baseline was not measured). `core_limit` holds, per environment, the single
-    environment's steps/s times `os.cpu_count()` (`core_limit_factor`).
+    (against that times `cpu_count`), `baseline` (a kind, see `BASELINES`, or None when
+    it was not measured) and `vs_baseline` (against that kind's figure for the same
+    environment and size: `paired_ratio`). `core_limit` holds, per environment, the single
+    environment's steps/s times `os.cpu_count()` (`core_limit_factor`). `goals` holds one
+    entry per `GOALS` item with the measured `value` (None when not measured) and `met`.
 
     Args:
       measurements: `Measurement`s.
@@ -755,27 +859,27 @@ def build_report(measurements, settings, command, machine=None, date=None):
       command: the command line (str).
       machine: `machine_info()` (measured now if None).
       date: ISO date and time (now if None).
+      learning: optional list of `measure_learning` results.
 
     Returns:
       dict, JSON-serializable.
     """
     machine = machine or machine_info()
     cpu_count = machine["cpu_count"] or 1
-    figures = {(m.env, m.kind, m.num_envs): m.steps_per_second for m in measurements}
+    by_key = {(m.env, m.kind, m.num_envs): m for m in measurements}
     single = {m.env: m.steps_per_second for m in measurements if m.kind == "single_env"}
     rows = []
     for m in measurements:
         rate = m.steps_per_second
-        baseline = BASELINES.get(m.kind)
-        reference = figures.get((m.env, baseline, m.num_envs))
+        reference = by_key.get((m.env, BASELINES.get(m.kind), m.num_envs))
         per_core = single.get(m.env)
         rows.append({
             **dataclasses.asdict(m),
             "steps_per_second": rate,
             "vs_single_env": rate / per_core if per_core else None,
             "vs_core_limit": rate / (per_core * cpu_count) if per_core else None,
-            "baseline": baseline,
-            "vs_baseline": rate / reference if reference else None,
+            "baseline": reference and reference.kind,
+            "vs_baseline": paired_ratio(m, reference),
         })
     return {
         "date": date or datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -786,7 +890,29 @@ def build_report(measurements, settings, command, machine=None, date=None):
         "core_limit": {env: rate * cpu_count for env, rate in single.items()},
         "kinds": KINDS,
         "rows": rows,
+        "learning": learning or [],
+        "goals": check_goals(rows, learning or []),
     }
+
+
+def check_goals(rows, learning):
+    """Each of `GOALS` with its measured `value` and whether it is `met` (None when not
+    measured); for the learning goal `value` is the slowest seed's seconds (infinite when
+    a seed never reached the threshold)."""
+    by_key = {(row["env"], row["kind"], row["num_envs"]): row for row in rows}
+    goals = []
+    for goal in GOALS:
+        if goal["measure"] == "seconds_to_threshold":
+            times = [run["seconds_to_threshold"] for run in learning]
+            value = (max(float("inf") if t is None else t for t in times)
+                     if times else None)
+            met = None if value is None else value < goal["target"]
+        else:
+            row = by_key.get((goal["env"], goal["kind"], goal["num_envs"]))
+            value = None if row is None else row[goal["measure"]]
+            met = None if value is None else value >= goal["target"]
+        goals.append({**goal, "value": value, "met": met})
+    return goals
 
 
 def write_json(report, path):
@@ -837,12 +963,12 @@ def markdown(report):
         f"stepped in a plain Python loop (per core); `× {cores}-core limit` with that times "
         f"`os.cpu_count()` = {cores}, the bound for perfectly parallel, overhead-free "
         "stepping. `vs baseline` compares with the named row of the same environments and "
-        "size in the same run. Absolute figures drift with the load of the machine: compare "
-        "within one run.",
+        "size in the same run (with repeats: the median of the ratios of each round). "
+        "Absolute figures drift with the load of the machine: compare within one run.",
         "",
-        "| kind | what |",
-        "|---|---|",
     ]
+    lines += _goals_markdown(report["goals"])
+    lines += ["| kind | what |", "|---|---|"]
     lines += [f"| `{kind}` | {text} |" for kind, text in report["kinds"].items()]
     rows = report["rows"]
     for env in dict.fromkeys(row["env"] for row in rows):
@@ -884,7 +1010,64 @@ def markdown(report):
                 f"{_ratio(row['vs_single_env'])} | {_ratio(row['vs_core_limit'])} | "
                 f"{baseline} | {row['calls']:,} | {row['seconds']:.2f} | "
                 f"{row['setup_seconds']:.2f} | {updates} |")
+    lines += _learning_markdown(report.get("learning") or [])
     return "\n".join(lines) + "\n"
+
+
+def _goal_value(goal):
+    value = goal["value"]
+    if value is None:
+        return "not measured"
+    if goal["measure"] == "seconds_to_threshold":
+        return "not reached" if value == float("inf") else f"{value:.0f} s (slowest seed)"
+    if goal["measure"] == "steps_per_second":
+        return f"{value:,.0f}"
+    return f"{value:.2f}×"
+
+
+def _goals_markdown(goals):
+    """The goals table (lines of Markdown)."""
+    lines = ["## Goals", "", "| goal | target | measured | met |", "|---|---|---|---|"]
+    for goal in goals:
+        target = goal["target"]
+        if goal["measure"] == "seconds_to_threshold":
+            target = f"< {target:g} s"
+        elif goal["measure"] == "steps_per_second":
+            target = f"≥ {target:,.0f}"
+        else:
+            target = f"≥ {target:g}×"
+        met = {True: "yes", False: "**no**", None: "–"}[goal["met"]]
+        lines.append(f"| {goal['what']} | {target} | {_goal_value(goal)} | {met} |")
+    return lines + [""]
+
+
+def _learning_markdown(runs):
+    """The learning runs' table (lines of Markdown; none without runs)."""
+    if not runs:
+        return []
+
+    def number(value, text="{:,.0f}"):
+        return "not reached" if value is None else text.format(value)
+
+    lines = [
+        "", f"## BatchPPO on the in-graph Pendulum (`{LEARNING_CONFIG}`)", "",
+        f"`python -m batchrl.scripts.train --config={LEARNING_CONFIG} --set seed=SEED --set "
+        f"steps=N`, one seed after the other, nothing else running. Seconds to the first "
+        f"eval return ≥ {LEARNING_THRESHOLD:g}: from the command's start (Python and "
+        "TensorFlow start-up, tracing and evaluations included), and from the creation of "
+        "the run's event files (as in docs/results.md).", "",
+        "| seed | steps to ≥ threshold | s from the command's start | s of training | "
+        "final eval return | best eval return | command s (whole run) |",
+        "|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        lines.append(
+            f"| {run['seed']} | {number(run['steps_to_threshold'])} | "
+            f"{number(run['seconds_to_threshold'], '{:.0f}')} | "
+            f"{number(run['training_seconds_to_threshold'], '{:.0f}')} | "
+            f"{number(run['final_return'], '{:.1f}')} | "
+            f"{number(run['best_return'], '{:.1f}')} | {run['command_seconds']:.0f} "
+            f"({run['steps']:,} steps) |")
+    return lines
 
 
 def write_markdown(report, path):
@@ -926,6 +1109,14 @@ def _parser():
                              "TensorFlow's default; default: those training uses, the "
                              "config key inter_op_threads: null; measurements that need "
                              "other threads than this process run in their own process)")
+    parser.add_argument("--learning-seeds", nargs="*", type=int, metavar="SEED",
+                        help=f"seeds of the BatchPPO runs on {LEARNING_CONFIG} timed to eval "
+                             f">= {LEARNING_THRESHOLD:g}; none to skip them (default: "
+                             f"{' '.join(map(str, DEFAULTS['learning_seeds']))}; --quick: "
+                             "none)")
+    parser.add_argument("--learning-steps", type=int, metavar="N",
+                        help="training steps of each of those runs (default: "
+                             f"{DEFAULTS['learning_steps']:,})")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # See `_isolated`.
     parser.add_argument("--max-train-seconds", type=float, default=600.0,
                         help="cap of a training window, in seconds (default: %(default)g)")
@@ -961,9 +1152,10 @@ def main(argv=None):
     settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
     if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
             or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0
-            or settings["repeats"] <= 0 or (settings["inter_op_threads"] or 0) < 0):
-        print("error: sizes, seconds, steps per call and repeats must be positive, "
-              "inter-op threads not negative", file=sys.stderr)
+            or settings["repeats"] <= 0 or (settings["inter_op_threads"] or 0) < 0
+            or settings["learning_steps"] <= 0):
+        print("error: sizes, seconds, steps per call, repeats and learning steps must be "
+              "positive, inter-op threads not negative", file=sys.stderr)
         return 2
     try:
         for env_id in settings["envs"]:
@@ -976,7 +1168,8 @@ def main(argv=None):
           f"{' '.join(map(str, settings['sizes']))} (in-graph: "
           f"{' '.join(map(str, settings['native_sizes']))}); K = "
           f"{settings['steps_per_call']}; {settings['seconds']:g} s each, "
-          f"{settings['repeats']} repeats.", flush=True)
+          f"{settings['repeats']} repeats; learning runs: seeds "
+          f"{' '.join(map(str, settings['learning_seeds'])) or 'none'}.", flush=True)
     from batchrl.scripts.train import set_inter_op_threads
 
     # This process takes the threads of in-process Gymnasium environments, the most
@@ -989,10 +1182,21 @@ def main(argv=None):
         log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
         steps_per_call=settings["steps_per_call"], repeats=settings["repeats"],
         inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
+    learning = []
+    with tempfile.TemporaryDirectory(prefix="batchrl-bench-learning-") as logdir:
+        for seed in settings["learning_seeds"]:
+            run = measure_learning(seed, settings["learning_steps"], logdir)
+            learning.append(run)
+            reached = run["seconds_to_threshold"]
+            print(f"{LEARNING_CONFIG} seed {seed}: eval >= {LEARNING_THRESHOLD:g} "
+                  + ("not reached" if reached is None else
+                     f"after {reached:.0f} s ({run['steps_to_threshold']:,} steps)")
+                  + f"; final {run['final_return']:.1f}; {run['command_seconds']:.0f} s in all",
+                  flush=True)
     leftover = multiprocessing.active_children()
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)
-    report = build_report(measurements, settings, command)
+    report = build_report(measurements, settings, command, learning=learning)
     write_json(report, args.json)
     write_markdown(report, args.output)
     print(f"Wrote {args.json} and {args.output}.")

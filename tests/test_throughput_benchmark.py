@@ -65,6 +65,10 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert report["core_limit"][ENV] > 0
     assert report["command"] in text and report["date"] in text
     assert f"{machine['cpu_count']}-core limit" in text
+    # Quick mode measures no goal's row and runs no learning run: all unmeasured.
+    assert [goal["met"] for goal in report["goals"]] == [None] * len(benchmark.GOALS)
+    assert report["learning"] == []
+    assert "## Goals" in text and text.count("| not measured | – |") == len(benchmark.GOALS)
     for row in report["rows"]:
         rate = f"{row['steps_per_second']:,.0f}"
         assert f"| {row['num_envs']} | `{row['kind']}` | {rate} | – |" in text
@@ -105,17 +109,75 @@ def test_build_report_ratios():
         benchmark.markdown(report))
 
 
-def test_repeats_report_the_median_and_the_range():
+def test_repeats_report_the_median_and_the_range(monkeypatch):
+    # Fake measurements: every call of a kind returns the next of 300, 100, 200 steps/s.
+    rates = {}
+
+    def fake(kind):
+        def measure(env_id, num_envs=1, *args, **kwargs):
+            sequence = rates.setdefault((kind, num_envs), iter([300, 100, 200]))
+            return benchmark.Measurement(kind, env_id, num_envs, next(sequence), 1.0, 1, 0.0)
+        return measure
+
+    for name in ("single_env", "simulate_mock", "ppo_inference", "ppo_training"):
+        monkeypatch.setattr(benchmark, f"measure_{name}", fake(name))
     lines = []
-    results = benchmark.run_benchmark([ENV], [SIZE], log=lines.append, repeats=3,
-                                      min_updates=0, **TIMING)
-    assert len(lines) == 3 * len(results)  # Every kind ran 3 times...
-    assert len({(m.kind, m.env, m.num_envs) for m in results}) == len(results)  # ...once here.
+    results = benchmark.run_benchmark([NATIVE], [], native_sizes=[SIZE], log=lines.append,
+                                      repeats=3, **TIMING)
+    assert len(lines) == 3 * len(results) == 3 * 4  # Every kind ran 3 times...
+    assert len({(m.kind, m.num_envs) for m in results}) == len(results)  # ...once here.
     for measurement in results:
-        assert len(measurement.samples) == 3
-        assert measurement.steps_per_second == sorted(measurement.samples)[1]
+        assert measurement.samples == (300, 100, 200)  # In the order they ran.
+        assert measurement.steps_per_second == 200  # The median.
     report = benchmark.build_report(results, {"seconds": 0.2, "warmup": 0.05,
                                               "min_updates": 1, "repeats": 3}, "cmd")
-    single = next(m for m in results if m.kind == "single_env")
-    assert (f"| `single_env` | {single.steps_per_second:,.0f} | {min(single.samples):,.0f}–"
-            f"{max(single.samples):,.0f} |") in benchmark.markdown(report)
+    assert "| 1 | `single_env` | 200 | 100–300 |" in benchmark.markdown(report)
+
+
+def test_paired_ratio_takes_the_median_of_the_rounds():
+    def measured(kind, samples):
+        rate = sorted(samples)[(len(samples) - 1) // 2]
+        return benchmark.Measurement(kind, ENV, 4, int(rate), 1.0, 1, 0.0,
+                                     samples=tuple(samples))
+
+    # Round 2 ran while the machine was slow for both kinds: the per-round ratios are 0.9,
+    # 0.9 and 0.8; the ratio of the medians (450 / 1000) would say 0.45.
+    ours = measured("simulate_mock_loop", [900, 450, 800])
+    theirs = measured("batch_env", [1000, 500, 1000])
+    assert benchmark.paired_ratio(ours, theirs) == pytest.approx(0.9)
+    unrepeated = benchmark.Measurement("batch_env", ENV, 4, 2000, 1.0, 1, 0.0)
+    assert benchmark.paired_ratio(ours, unrepeated) == pytest.approx(800 / 2000)
+    assert benchmark.paired_ratio(ours, None) is None
+
+
+def test_goals_are_checked_against_their_rows():
+    def row(env, kind, num_envs, **fields):
+        return {"env": env, "kind": kind, "num_envs": num_envs, **fields}
+
+    rows = [row("Pendulum-v1", "simulate_mock_loop", 32, vs_baseline=0.85),
+            row("HalfCheetah-v5", "simulate_mock_processes", 32, vs_baseline=1.2,
+                vs_core_limit=0.75)]
+    learning = [{"seconds_to_threshold": 50.0}, {"seconds_to_threshold": 130.0}]
+    goals = benchmark.check_goals(rows, learning)
+    assert [(goal["value"], goal["met"]) for goal in goals] == [
+        (0.85, True), (1.2, False), (0.75, True), (None, None), (130.0, False)]
+    # A seed that never reached the threshold fails the learning goal.
+    never = benchmark.check_goals(rows, [{"seconds_to_threshold": None}])[-1]
+    assert never["value"] == float("inf") and never["met"] is False
+    text = "\n".join(benchmark._goals_markdown(goals))
+    assert "| 0.85× | yes |" in text and "| not measured | – |" in text
+    assert "| 130 s (slowest seed) | **no** |" in text
+
+
+def test_learning_run_reports_the_time_to_the_threshold(tmp_path):
+    # A short run; every eval return is above -1e6, so the first eval reaches it.
+    run = benchmark.measure_learning(3, 2000, tmp_path, threshold=-1e6)
+    assert run["seed"] == 3 and run["steps"] == 2000
+    assert run["steps_to_threshold"] == 2000  # The first eval, after the first phase.
+    assert 0 < run["training_seconds_to_threshold"] <= run["seconds_to_threshold"]
+    assert run["seconds_to_threshold"] <= run["command_seconds"]
+    assert run["final_return"] == run["best_return"] < 0  # Pendulum's returns are negative.
+    assert (tmp_path / "seed-3" / "config.yaml").exists()
+    unreachable = benchmark.measure_learning(3, 2000, tmp_path, threshold=1.0)  # Resumes.
+    assert unreachable["seconds_to_threshold"] is None
+    assert unreachable["steps_to_threshold"] is None
