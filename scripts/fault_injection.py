@@ -36,6 +36,7 @@ import os
 import pathlib
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -310,10 +311,16 @@ def report(results):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the choice of faults")
+    parser.add_argument("--trials", type=int, default=20,
+                        help="number of trials: the first ones take each fault kind once, "
+                             "the others one drawn at random (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the choice of faults and their timing "
+                             "(default: %(default)s)")
     parser.add_argument("--faults", nargs="+", default=list(FAULT_KINDS),
-                        choices=list(FAULT_KINDS))
+                        choices=list(FAULT_KINDS), metavar="FAULT",
+                        help=f"the fault kinds to draw from (default: all: "
+                             f"{' '.join(FAULT_KINDS)})")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -329,8 +336,8 @@ def main(argv=None):
     print("\n" + text)
     if args.output:
         pathlib.Path(args.output).write_text(
-            "# Fault injection\n\nWritten by `scripts/fault_injection.py --trials "
-            f"{args.trials} --seed {args.seed}`.\n\n" + text)
+            "# Fault injection\n\nWritten by `scripts/fault_injection.py "
+            f"{shlex.join(sys.argv[1:] if argv is None else argv)}`.\n\n" + text)
     bad = totals["hangs"] + totals["leftover processes"] + totals["unreadable checkpoints"] \
         + totals["resumed runs that lost more than one checkpoint interval"] \
         + totals["trials with an unexpected outcome"]
