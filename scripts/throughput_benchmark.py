@@ -804,6 +804,34 @@ def _measure_request(request):
     return 0
 
 
+# A fixed amount of pure-Python work, timed by the process that runs it (`effective_cores`).
+_BUSY_LOOP = ("import time\nstart = time.perf_counter()\ntotal = 0\nfor i in range({}):\n"
+              "    total += i\nprint(time.perf_counter() - start)")
+
+
+def effective_cores(loops=5_000_000):
+    """How many cores the machine gives right now (float).
+
+    `os.cpu_count()` Python processes run the same busy loop at once; each one's speed
+    relative to one process running it alone is summed. On an idle machine with as many
+    real cores it is about `os.cpu_count()`; less when other virtual machines share the
+    host or the cores are hyperthreads of fewer physical ones. Then the core limit (the
+    single environment times `os.cpu_count()`) cannot be reached by anyone.
+
+    Args:
+      loops: iterations of the busy loop (5,000,000: about 0.2-0.4 s).
+    """
+    code = _BUSY_LOOP.format(int(loops))
+
+    def run(count):
+        processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                      text=True) for _ in range(count)]
+        return [float(process.communicate()[0]) for process in processes]
+
+    alone = min(run(1) + run(1))
+    return sum(alone / seconds for seconds in run(os.cpu_count() or 1))
+
+
 def machine_info():
     """The machine and software versions (dict of str and int)."""
     import mujoco
@@ -940,6 +968,16 @@ def markdown(report):
         f"Python {machine['python']}, TensorFlow {machine['tensorflow']}, Gymnasium "
         f"{machine['gymnasium']}, MuJoCo {machine['mujoco']}, NumPy {machine['numpy']}.",
         "",
+    ]
+    if machine.get("effective_cores"):
+        before, after = machine["effective_cores"]
+        lines += [
+            f"Effective cores: {before:.2f} at the start and {after:.2f} at the end of the "
+            f"run ({cores} processes running the same busy loop together, each one's speed "
+            "against one running it alone, summed; "
+            f"{cores} means {cores} full cores; less when the host is shared or the cores are "
+            "hyperthreads).", ""]
+    lines += [
         f"Settings: {settings['seconds']:g} s timed per measurement after {settings['warmup']:g} s "
         f"of warm-up (the first `tf.function` call, which traces, is part of it); "
         + (f"each figure is the median of {settings['repeats']} repeats, run in rounds of "
@@ -1176,6 +1214,8 @@ def main(argv=None):
     # frequent measurements.
     own_threads = 1 if settings["inter_op_threads"] is None else settings["inter_op_threads"]
     set_inter_op_threads(own_threads)
+    cores_before = effective_cores()
+    print(f"Effective cores: {cores_before:.2f} of {os.cpu_count()}.", flush=True)
     measurements = run_benchmark(
         settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
         settings["min_updates"], settings["max_train_seconds"],
@@ -1196,7 +1236,9 @@ def main(argv=None):
     leftover = multiprocessing.active_children()
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)
-    report = build_report(measurements, settings, command, learning=learning)
+    machine = {**machine_info(), "effective_cores": [cores_before, effective_cores()]}
+    report = build_report(measurements, settings, command, machine=machine,
+                          learning=learning)
     write_json(report, args.json)
     write_markdown(report, args.output)
     print(f"Wrote {args.json} and {args.output}.")

@@ -65,6 +65,10 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert report["core_limit"][ENV] > 0
     assert report["command"] in text and report["date"] in text
     assert f"{machine['cpu_count']}-core limit" in text
+    # Measured at the start and at the end: a share of the cores, not a count of its own.
+    assert len(machine["effective_cores"]) == 2
+    assert all(0 < cores < 1.5 * machine["cpu_count"] for cores in machine["effective_cores"])
+    assert "Effective cores: " in text
     # Quick mode measures no goal's row and runs no learning run: all unmeasured.
     assert [goal["met"] for goal in report["goals"]] == [None] * len(benchmark.GOALS)
     assert report["learning"] == []
