@@ -124,8 +124,8 @@ CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
                 "batchrl.envs:Pendulum": "pendulum_native"}
 
 DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
-                sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=3.0,
-                warmup=1.0, min_updates=1, repeats=3, inter_op_threads=None,
+                sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=2.0,
+                warmup=1.0, min_updates=1, repeats=5, inter_op_threads=None,
                 learning_seeds=[0, 1, 2], learning_steps=400_000)
 QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
