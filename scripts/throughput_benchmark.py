@@ -13,6 +13,9 @@ run and one process, environment steps per second (every environment's step coun
   in a plain Python loop, reset when its episode ends: the per-core reference. Times
   `os.cpu_count()` it is the machine's core limit (the limit if stepping were perfectly
   parallel and free of overhead).
+- `single_env_per_core`: the same loop in `os.cpu_count()` processes at once, their steps
+  summed: the core limit as the machine gives it now (less than the above when the host's
+  cores are shared with other virtual machines).
 - `batch_env` / `batch_env_processes` / `parallel_batch_env`: `BatchEnv` in-process with
   blocking calls (as training builds it for `env_processes: false`), `BatchEnv` of one
   `ExternalProcess` worker per environment stepped with non-blocking calls, and
@@ -42,6 +45,11 @@ run and one process, environment steps per second (every environment's step coun
 An in-graph environment (`batchrl.envs:Pendulum`, batch sizes `--native-sizes`) gets
 `single_env` of its Gymnasium equivalent and `simulate_mock_loop` (compiled with XLA),
 `ppo_inference` and `ppo_training`, all K steps per call.
+
+The goals compared with a baseline of the same process (`GOALS`) are then measured once
+more with both sides timed in alternating windows of 0.25 s for `--pair-seconds` seconds
+(`measure_paired`): the host's speed drifts over seconds, and a pair of adjacent windows
+sees the same machine.
 
 Then, for each of `--learning-seeds`, the training command trains `pendulum_native`
 (BatchPPO on the in-graph Pendulum) for `--learning-steps` steps, and the report gives the
@@ -92,6 +100,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports Te
 # Measurement kinds, in report order, with their descriptions.
 KINDS = {
     "single_env": "1 env, plain Python loop (per-core reference)",
+    "single_env_per_core": "1 env per core, plain Python loops in `os.cpu_count()` processes "
+                           "at once (the core limit, measured)",
     "batch_env": "BatchEnv, in-process (blocking)",
     "batch_env_processes": "BatchEnv, one ExternalProcess worker per env (non-blocking)",
     "parallel_batch_env": "ParallelBatchEnv, one worker per core hosting several envs, "
@@ -126,34 +136,46 @@ CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
 DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
                 sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=2.0,
                 warmup=1.0, min_updates=1, repeats=5, inter_op_threads=None,
-                learning_seeds=[0, 1, 2], learning_steps=400_000)
+                learning_seeds=[0, 1, 2], learning_steps=400_000, pair_seconds=20.0)
 QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
-             repeats=1, inter_op_threads=None, learning_seeds=[], learning_steps=400_000)
+             repeats=1, inter_op_threads=None, learning_seeds=[], learning_steps=400_000,
+             pair_seconds=0.0)
 
 # The learning measurement (`measure_learning`): BatchPPO on the in-graph Pendulum, the
 # wall-clock time until the first eval return >= the threshold.
 LEARNING_CONFIG = "pendulum_native"
 LEARNING_THRESHOLD = -200.0
 
-# The goals of the throughput work (issue 4), checked in the report: `measure` is a row's
-# field (`vs_baseline`, `vs_core_limit`, `steps_per_second`) of the row `(env, kind,
-# num_envs)`, or `seconds_to_threshold` of the learning runs (every seed must be below).
+# Comparisons timed in alternating windows (`measure_paired`, `run_pairs`): the goals'
+# ratios, and the processes kind against the core limit as the machine gives it.
+PAIRS = [
+    ("Pendulum-v1", 32, "simulate_mock_loop", "batch_env"),
+    ("HalfCheetah-v5", 32, "simulate_mock_processes", "single_env"),
+    ("HalfCheetah-v5", 32, "simulate_mock_processes", "single_env_per_core"),
+]
+
+# The goals of the throughput work (issue 4), checked in the report. `measure` is a row's
+# field (`vs_baseline`, `steps_per_second`) of the row `(env, kind, num_envs)`; `paired`,
+# the median ratio of `kind` to `baseline` timed in alternating windows (`measure_paired`;
+# against `single_env`, divided by `os.cpu_count()`: a ratio to the core limit); or
+# `seconds_to_threshold` of the learning runs (every seed must be below the target).
 GOALS = [
     dict(what="`simulate` + MockAlgorithm, Pendulum-v1, 32 envs in-process, K steps per "
-              "call, vs raw `batch_env` stepping",
-         env="Pendulum-v1", kind="simulate_mock_loop", num_envs=32, measure="vs_baseline",
-         target=0.8),
-    dict(what="`simulate` + MockAlgorithm, HalfCheetah-v5, 32 envs in worker processes, vs "
-              "Gymnasium `async_vector_env` stepping alone",
-         env="HalfCheetah-v5", kind="simulate_mock_processes", num_envs=32,
-         measure="vs_baseline", target=1.5),
-    dict(what="the same, vs the 2-core raw limit",
-         env="HalfCheetah-v5", kind="simulate_mock_processes", num_envs=32,
-         measure="vs_core_limit", target=0.7),
+              "call, vs raw `batch_env` stepping (paired windows)",
+         env="Pendulum-v1", num_envs=32, measure="paired", kind="simulate_mock_loop",
+         baseline="batch_env", target=0.8),
+    dict(what="`simulate` + MockAlgorithm, HalfCheetah-v5, 32 envs in worker processes, K "
+              "steps per call, vs Gymnasium `async_vector_env` stepping alone",
+         env="HalfCheetah-v5", num_envs=32, measure="vs_baseline",
+         kind="simulate_mock_processes", target=1.5),
+    dict(what="the same, vs the 2-core raw limit (paired windows with one environment in "
+              "a plain loop, times 2)",
+         env="HalfCheetah-v5", num_envs=32, measure="paired", kind="simulate_mock_processes",
+         baseline="single_env", target=0.7),
     dict(what="`simulate` + MockAlgorithm, in-graph Pendulum, 4,096 envs (XLA): steps/s",
-         env="batchrl.envs:Pendulum", kind="simulate_mock_loop", num_envs=4096,
-         measure="steps_per_second", target=1_000_000),
+         env="batchrl.envs:Pendulum", num_envs=4096, measure="steps_per_second",
+         kind="simulate_mock_loop", target=1_000_000),
     dict(what=f"BatchPPO on the in-graph Pendulum (`{LEARNING_CONFIG}`): wall-clock seconds "
               f"from the training command's start to the first eval return >= "
               f"{LEARNING_THRESHOLD:g}, every seed",
@@ -198,6 +220,35 @@ class Measurement:
     def steps_per_second(self):
         """Environment steps per wall-clock second (float)."""
         return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclasses.dataclass
+class PairedMeasurement:
+    """`kind` against `baseline`, timed in alternating short windows (`measure_paired`).
+
+    Attributes:
+      kind, baseline: keys of `KINDS`.
+      env: the Gymnasium id.
+      num_envs: the batch size of `kind` (the baseline's too, but 1 for `single_env`).
+      ratios: steps/s of `kind` over steps/s of `baseline`, one per pair of adjacent
+        windows (tuple of floats).
+      steps_per_second, baseline_steps_per_second: over all windows of each.
+      setup_seconds: building both, before the warm-up.
+    """
+
+    kind: str
+    baseline: str
+    env: str
+    num_envs: int
+    ratios: tuple
+    steps_per_second: float
+    baseline_steps_per_second: float
+    setup_seconds: float
+
+    @property
+    def ratio(self):
+        """The median of `ratios` (float)."""
+        return float(np.median(self.ratios))
 
 
 # Helpers.
@@ -316,19 +367,12 @@ def _simulate_call(function, batch, steps_per_call):
 # Measurements: one function per kind.
 
 
-def measure_single_env(env_id, seconds, warmup):
-    """Steps one environment in a plain Python loop, random actions, reset when its episode
-    ends (terminated or truncated by the time limit).
-
-    Args:
-      env_id: a Gymnasium id; for an in-graph environment (`batchrl.envs:Pendulum`) its
-        Gymnasium equivalent is stepped (the reference that the in-graph one replaces).
-      seconds: the timed budget, in wall-clock seconds.
-      warmup: the untimed warm-up, in wall-clock seconds.
-
-    Returns:
-      `Measurement` of kind `single_env`: environment steps per second of one core.
-    """
+@contextlib.contextmanager
+def _single_env_stepper(env_id):
+    """One environment (built with `environments.create`; for an in-graph environment its
+    Gymnasium equivalent), stepped with random actions and reset when its episode ends;
+    closed on exit. Yields `(call, setup_seconds)`: `call()` takes `SINGLE_ENV_CHUNK` steps
+    and returns that number."""
     start = time.perf_counter()
     env = environments.create(environments.gymnasium_id(env_id))
     setup = time.perf_counter() - start
@@ -344,9 +388,102 @@ def measure_single_env(env_id, seconds, warmup):
                     reset()
             return SINGLE_ENV_CHUNK
 
-        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+        yield call, setup
     finally:
         env.close()
+
+
+# A process of `single_env_per_core`: steps one environment as `single_env` does for the
+# seconds read from each line of its input, and answers with the steps taken.
+_LOOP_WORKER = """
+import sys
+sys.path.insert(0, {scripts!r})
+import throughput_benchmark as benchmark
+with benchmark._single_env_stepper({env_id!r}) as (call, _):
+    print("ready", flush=True)
+    for line in sys.stdin:
+        steps, _ = benchmark._window(call, float(line))
+        print(steps, flush=True)
+"""
+
+# Seconds of one call of `single_env_per_core`'s stepper (all processes step this long).
+PER_CORE_SLICE = 0.05
+
+
+@contextlib.contextmanager
+def _single_env_per_core_stepper(env_id):
+    """`os.cpu_count()` processes, each stepping one environment in a plain loop as
+    `single_env` does, all at the same time; ended on exit. Yields `(call, setup_seconds)`:
+    `call()` lets every process step for `PER_CORE_SLICE` seconds and returns the steps
+    they took together."""
+    start = time.perf_counter()
+    code = _LOOP_WORKER.format(scripts=str(pathlib.Path(__file__).resolve().parent),
+                               env_id=env_id)
+    processes = []
+    try:
+        for _ in range(os.cpu_count() or 1):
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True, bufsize=1, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")))
+        for process in processes:
+            if process.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a single_env_per_core process for {env_id} failed to "
+                                   f"start (exit code {process.wait()})")
+        command = f"{PER_CORE_SLICE}\n"
+
+        def call():
+            for process in processes:
+                process.stdin.write(command)
+            return sum(int(process.stdout.readline()) for process in processes)
+
+        yield call, time.perf_counter() - start
+    finally:
+        for process in processes:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def measure_single_env_per_core(env_id, seconds, warmup):
+    """Steps one environment per core in a plain Python loop, `os.cpu_count()` processes
+    at the same time: the core limit as the machine gives it now (the single environment's
+    rate times `os.cpu_count()` assumes full, unshared cores).
+
+    Args:
+      env_id: as for `measure_single_env`.
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `single_env_per_core` (`num_envs`: the processes), in
+      environment steps per second of all processes together.
+    """
+    with _single_env_per_core_stepper(env_id) as (call, setup):
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    return Measurement("single_env_per_core", env_id, os.cpu_count() or 1, steps, elapsed,
+                       calls, setup)
+
+
+def measure_single_env(env_id, seconds, warmup):
+    """Steps one environment in a plain Python loop, random actions, reset when its episode
+    ends (terminated or truncated by the time limit).
+
+    Args:
+      env_id: a Gymnasium id; for an in-graph environment (`batchrl.envs:Pendulum`) its
+        Gymnasium equivalent is stepped (the reference that the in-graph one replaces).
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of kind `single_env`: environment steps per second of one core.
+    """
+    with _single_env_stepper(env_id) as (call, setup):
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
     return Measurement("single_env", env_id, 1, steps, elapsed, calls, setup)
 
 
@@ -370,22 +507,12 @@ def _external_batch_env(config):
             worker.close()
 
 
-def measure_batch_env(env_id, num_envs, kind, seconds, warmup):
-    """Steps a batch of environments from Python with random valid actions; the
-    environments whose episode ended are reset with `reset(indices)`.
-
-    Args:
-      env_id: a Gymnasium id.
-      num_envs: the batch size.
-      kind: `batch_env` (in-process `BatchEnv`, blocking calls), `batch_env_processes`
-        (`BatchEnv` of one `ExternalProcess` worker per environment, non-blocking calls) or
-        `parallel_batch_env` (`ParallelBatchEnv` with one worker per core).
-      seconds: the timed budget, in wall-clock seconds.
-      warmup: the untimed warm-up, in wall-clock seconds.
-
-    Returns:
-      `Measurement` of `kind`, in environment steps per second of the whole batch.
-    """
+@contextlib.contextmanager
+def _batch_env_stepper(env_id, num_envs, kind):
+    """A batch of `kind` (see `measure_batch_env`) stepped from Python with random valid
+    actions, the environments whose episode ended reset with `reset(indices)`; closed on
+    exit. Yields `(call, setup_seconds)`: `call()` takes one batch step and returns
+    `num_envs`."""
     if kind == "batch_env_processes":
         batch = _external_batch_env(env_config(env_id, num_envs, True))
     elif kind in ("batch_env", "parallel_batch_env"):
@@ -402,6 +529,26 @@ def measure_batch_env(env_id, num_envs, kind, seconds, warmup):
                 batch_env.reset(np.flatnonzero(done))
             return num_envs
 
+        yield call, setup
+
+
+def measure_batch_env(env_id, num_envs, kind, seconds, warmup):
+    """Steps a batch of environments from Python with random valid actions; the
+    environments whose episode ended are reset with `reset(indices)`.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size.
+      kind: `batch_env` (in-process `BatchEnv`, blocking calls), `batch_env_processes`
+        (`BatchEnv` of one `ExternalProcess` worker per environment, non-blocking calls) or
+        `parallel_batch_env` (`ParallelBatchEnv` with one worker per core).
+      seconds: the timed budget, in wall-clock seconds.
+      warmup: the untimed warm-up, in wall-clock seconds.
+
+    Returns:
+      `Measurement` of `kind`, in environment steps per second of the whole batch.
+    """
+    with _batch_env_stepper(env_id, num_envs, kind) as (call, setup):
         steps, elapsed, calls = _run_timed(call, seconds, warmup)
     return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
 
@@ -482,13 +629,23 @@ def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, 
       `simulate_mock_loop` (more, in-process) or `simulate_mock_processes`, in environment
       steps per second of the whole batch.
     """
-    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
-    from batchrl.tools.mock_algorithm import MockAlgorithm
-
     if processes:
         kind = "simulate_mock_processes"
     else:
         kind = "simulate_mock" if steps_per_call == 1 else "simulate_mock_loop"
+    with _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call) as (call, setup):
+        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
+
+
+@contextlib.contextmanager
+def _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call):
+    """`simulate` with `MockAlgorithm` as `measure_simulate_mock` runs it; the batch is
+    closed on exit. Yields `(call, setup_seconds)`: `call()` runs one full call of the
+    step function and returns its environment steps."""
+    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+    from batchrl.tools.mock_algorithm import MockAlgorithm
+
     native = environments.native_class(env_id) is not None
     with _batch_env(env_config(env_id, num_envs, processes)) as (batch_env, setup):
         start = time.perf_counter()
@@ -496,9 +653,7 @@ def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, 
         function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0), steps_per_call,
                                   jit_compile=native)
         setup += time.perf_counter() - start
-        steps, elapsed, calls = _run_timed(
-            _simulate_call(function, num_envs, steps_per_call), seconds, warmup)
-    return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
+        yield _simulate_call(function, num_envs, steps_per_call), setup
 
 
 def _agent_config(env_id, num_envs, overrides):
@@ -674,6 +829,75 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     }
 
 
+def _stepper(kind, env_id, num_envs, steps_per_call):
+    """The context manager that yields `(call, setup_seconds)` for `kind`."""
+    if kind == "single_env":
+        return _single_env_stepper(env_id)
+    if kind == "single_env_per_core":
+        return _single_env_per_core_stepper(env_id)
+    if kind in ("batch_env", "batch_env_processes", "parallel_batch_env"):
+        return _batch_env_stepper(env_id, num_envs, kind)
+    if kind in ("simulate_mock_loop", "simulate_mock_processes"):
+        return _simulate_mock_stepper(env_id, num_envs, kind == "simulate_mock_processes",
+                                      steps_per_call)
+    raise ValueError(f"kind {kind!r} cannot be paired")
+
+
+def _window(call, seconds):
+    """Calls `call()` until `seconds` have passed; returns `(steps, elapsed seconds)`."""
+    steps = 0
+    start = time.perf_counter()
+    while True:
+        steps += call()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return steps, elapsed
+
+
+def measure_paired(env_id, num_envs, kind, baseline, steps_per_call, seconds, warmup,
+                   window=0.25):
+    """Measures `kind` against `baseline` in alternating windows of `window` seconds.
+
+    The machine's speed drifts over seconds (other virtual machines share the host); two
+    measurements taken one after the other can differ by more than what they compare. Here
+    both are built and warmed up in one process, then timed in turns, `kind` first in every
+    other pair, and each pair of adjacent windows gives one ratio: a slow spell hits both
+    sides of a ratio alike.
+
+    Args:
+      env_id: a Gymnasium id.
+      num_envs: the batch size of `kind` and of `baseline` (`single_env` has one).
+      kind, baseline: kinds of `_stepper` (`single_env`, `batch_env`,
+        `batch_env_processes`, `parallel_batch_env`, `simulate_mock_loop`,
+        `simulate_mock_processes`).
+      steps_per_call: batch steps per call of the `simulate_mock_` kinds.
+      seconds: the timed budget of all windows together, in wall-clock seconds.
+      warmup: the untimed warm-up of each, in wall-clock seconds.
+      window: seconds of one window (at least one call).
+
+    Returns:
+      `PairedMeasurement`.
+    """
+    with (_stepper(kind, env_id, num_envs, steps_per_call) as (call, setup),
+          _stepper(baseline, env_id, num_envs, steps_per_call) as (base_call, base_setup)):
+        _warm_up(call, warmup)
+        _warm_up(base_call, warmup)
+        ratios, totals = [], {kind: [0, 0.0], baseline: [0, 0.0]}
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end or not ratios:
+            turns = [(kind, call), (baseline, base_call)]
+            rates = {}
+            for name, function in turns if len(ratios) % 2 == 0 else turns[::-1]:
+                steps, elapsed = _window(function, window)
+                rates[name] = steps / elapsed
+                totals[name][0] += steps
+                totals[name][1] += elapsed
+            ratios.append(rates[kind] / rates[baseline])
+    return PairedMeasurement(kind, baseline, env_id, num_envs, tuple(ratios),
+                             totals[kind][0] / totals[kind][1],
+                             totals[baseline][0] / totals[baseline][1], setup + base_setup)
+
+
 # The benchmark and its report.
 
 
@@ -746,7 +970,8 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
             return functools.partial(measure, env_id, size, *args, **kwargs)
         return functools.partial(_isolated, measure, threads, env_id, size, *args, **kwargs)
     for env_id in envs:
-        run_group([functools.partial(measure_single_env, env_id, **timing)])
+        run_group([functools.partial(measure_single_env, env_id, **timing),
+                   functools.partial(measure_single_env_per_core, env_id, **timing)])
         if environments.native_class(env_id):
             for size in native_sizes:
                 run_group([
@@ -772,10 +997,47 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
     return results
 
 
+def run_pairs(envs, seconds, warmup, steps_per_call=100, log=print, inter_op_threads=None,
+              own_inter_op_threads=None):
+    """Runs `measure_paired` for every pair of `PAIRS` of an environment in `envs`.
+
+    Args:
+      envs: Gymnasium ids; pairs of other environments are skipped.
+      seconds, warmup, steps_per_call: see `measure_paired`.
+      log: callable receiving one line per pair.
+      inter_op_threads, own_inter_op_threads: see `run_benchmark`; the threads are those
+        training would use for the pair's `kind`.
+
+    Returns:
+      list of `PairedMeasurement`s.
+    """
+    from batchrl.scripts import train
+
+    results = []
+    for env_id, num_envs, kind, baseline in PAIRS:
+        if env_id not in envs:
+            continue
+        args = (env_id, num_envs, kind, baseline, steps_per_call, seconds, warmup)
+        threads = inter_op_threads
+        if threads is None:
+            processes = kind == "simulate_mock_processes"
+            threads = train.inter_op_threads(env_config(env_id, num_envs, processes))
+        if own_inter_op_threads is None or threads == own_inter_op_threads:
+            pair = measure_paired(*args)
+        else:
+            pair = _isolated(measure_paired, threads, *args)
+        results.append(pair)
+        log(f"{pair.env:>21} {pair.num_envs:>4} {pair.kind} / {pair.baseline}: "
+            f"{pair.ratio:.3f} (median of {len(pair.ratios)} pairs of windows; "
+            f"{pair.steps_per_second:,.0f} / {pair.baseline_steps_per_second:,.0f} steps/s)")
+    return results
+
+
 def _isolated(measure, inter_op_threads, *args, **kwargs):
     """Runs `measure(*args, **kwargs)` (a `measure_` function of this module) in a new
     Python process whose TensorFlow has `inter_op_threads` inter-op threads (fixed once
-    TensorFlow runs, so this process cannot change them); returns its `Measurement`.
+    TensorFlow runs, so this process cannot change them); returns its `Measurement` (a
+    `PairedMeasurement` for `measure_paired`).
 
     Raises:
       RuntimeError: the process failed (its error output is in the message).
@@ -787,7 +1049,10 @@ def _isolated(measure, inter_op_threads, *args, **kwargs):
     if result.returncode != 0:
         raise RuntimeError(f"{measure.__name__}{tuple(args)} failed in its own process "
                            f"(exit code {result.returncode}):\n{result.stderr[-3000:]}")
-    return Measurement(**json.loads(result.stdout.splitlines()[-1]))
+    fields = json.loads(result.stdout.splitlines()[-1])
+    if measure is measure_paired:
+        return PairedMeasurement(**{**fields, "ratios": tuple(fields["ratios"])})
+    return Measurement(**fields)
 
 
 def _measure_request(request):
@@ -869,17 +1134,20 @@ def paired_ratio(measurement, reference):
     return measurement.steps_per_second / reference.steps_per_second
 
 
-def build_report(measurements, settings, command, machine=None, date=None, learning=None):
+def build_report(measurements, settings, command, machine=None, date=None, learning=None,
+                 pairs=None):
     """The report: machine, date, command, settings, one row per measurement with ratios,
-    the learning runs and the goals.
+    the paired measurements, the learning runs and the goals.
 
     Each row holds the `Measurement`'s fields, `steps_per_second`, and the ratios
     `vs_single_env` (against one environment in a plain loop, per core), `vs_core_limit`
     (against that times `cpu_count`), `baseline` (a kind, see `BASELINES`, or None when
     it was not measured) and `vs_baseline` (against that kind's figure for the same
     environment and size: `paired_ratio`). `core_limit` holds, per environment, the single
-    environment's steps/s times `os.cpu_count()` (`core_limit_factor`). `goals` holds one
-    entry per `GOALS` item with the measured `value` (None when not measured) and `met`.
+    environment's steps/s times `os.cpu_count()` (`core_limit_factor`). `pairs` holds
+    each `PairedMeasurement`'s fields with `ratio` (the median) and `ratio_range` (25th and
+    75th percentiles). `goals` holds one entry per `GOALS` item with the measured `value`
+    (None when not measured) and `met`.
 
     Args:
       measurements: `Measurement`s.
@@ -888,6 +1156,7 @@ def build_report(measurements, settings, command, machine=None, date=None, learn
       machine: `machine_info()` (measured now if None).
       date: ISO date and time (now if None).
       learning: optional list of `measure_learning` results.
+      pairs: optional list of `PairedMeasurement`s.
 
     Returns:
       dict, JSON-serializable.
@@ -918,19 +1187,36 @@ def build_report(measurements, settings, command, machine=None, date=None, learn
         "core_limit": {env: rate * cpu_count for env, rate in single.items()},
         "kinds": KINDS,
         "rows": rows,
+        "pairs": [
+            {**dataclasses.asdict(pair), "ratio": pair.ratio,
+             "ratio_range": [float(np.percentile(pair.ratios, q)) for q in (25, 75)]}
+            for pair in pairs or []],
         "learning": learning or [],
-        "goals": check_goals(rows, learning or []),
+        "goals": check_goals(rows, pairs or [], learning or [], cpu_count),
     }
 
 
-def check_goals(rows, learning):
+def check_goals(rows, pairs, learning, cpu_count):
     """Each of `GOALS` with its measured `value` and whether it is `met` (None when not
     measured); for the learning goal `value` is the slowest seed's seconds (infinite when
-    a seed never reached the threshold)."""
+    a seed never reached the threshold).
+
+    Args:
+      rows: the report's rows (dicts with `env`, `kind`, `num_envs` and the ratios).
+      pairs: `PairedMeasurement`s.
+      learning: `measure_learning` results.
+      cpu_count: the core count of the core limit.
+    """
     by_key = {(row["env"], row["kind"], row["num_envs"]): row for row in rows}
+    paired = {(p.env, p.kind, p.baseline, p.num_envs): p for p in pairs}
     goals = []
     for goal in GOALS:
-        if goal["measure"] == "seconds_to_threshold":
+        if goal["measure"] == "paired":
+            pair = paired.get((goal["env"], goal["kind"], goal["baseline"], goal["num_envs"]))
+            factor = cpu_count if goal["baseline"] == "single_env" else 1
+            value = None if pair is None else pair.ratio / factor
+            met = None if value is None else value >= goal["target"]
+        elif goal["measure"] == "seconds_to_threshold":
             times = [run["seconds_to_threshold"] for run in learning]
             value = (max(float("inf") if t is None else t for t in times)
                      if times else None)
@@ -1012,15 +1298,23 @@ def markdown(report):
     for env in dict.fromkeys(row["env"] for row in rows):
         env_rows = [row for row in rows if row["env"] == env]
         single = [row for row in env_rows if row["kind"] == "single_env"]
-        batched = [row for row in env_rows if row["kind"] != "single_env"]
+        per_core = [row for row in env_rows if row["kind"] == "single_env_per_core"]
+        batched = [row for row in env_rows
+                   if row["kind"] not in ("single_env", "single_env_per_core")]
         sizes = sorted({row["num_envs"] for row in batched})
         lines += ["", f"## {env}", ""]
         if single:
             rate = single[0]["steps_per_second"]
             equivalent = environments.gymnasium_id(env)
             what = f" ({equivalent}, the Gymnasium equivalent)" if equivalent != env else ""
+            measured = ""
+            if per_core:
+                measured = (f"; one loop per core in {per_core[0]['num_envs']} processes at "
+                            f"once (`single_env_per_core`): "
+                            f"{per_core[0]['steps_per_second']:,.0f} steps/s, "
+                            f"{_ratio(per_core[0]['vs_core_limit'])} the {cores}-core limit")
             lines += [f"One environment{what} in a plain loop: **{rate:,.0f} steps/s** per "
-                      f"core; {cores}-core limit {rate * cores:,.0f} steps/s.", ""]
+                      f"core; {cores}-core limit {rate * cores:,.0f} steps/s{measured}.", ""]
         lines += ["Steps/s:", "",
                   "| kind | " + " | ".join(f"{size} envs" for size in sizes) + " |",
                   "|---|" + "---:|" * len(sizes)]
@@ -1048,6 +1342,7 @@ def markdown(report):
                 f"{_ratio(row['vs_single_env'])} | {_ratio(row['vs_core_limit'])} | "
                 f"{baseline} | {row['calls']:,} | {row['seconds']:.2f} | "
                 f"{row['setup_seconds']:.2f} | {updates} |")
+    lines += _pairs_markdown(report.get("pairs") or [], cores)
     lines += _learning_markdown(report.get("learning") or [])
     return "\n".join(lines) + "\n"
 
@@ -1077,6 +1372,35 @@ def _goals_markdown(goals):
         met = {True: "yes", False: "**no**", None: "–"}[goal["met"]]
         lines.append(f"| {goal['what']} | {target} | {_goal_value(goal)} | {met} |")
     return lines + [""]
+
+
+def _pairs_markdown(pairs, cores):
+    """The paired measurements' table (lines of Markdown; none without pairs)."""
+    if not pairs:
+        return []
+    lines = [
+        "", "## Paired measurements", "",
+        "Both kinds built in one process, then timed in alternating windows of 0.25 s, each "
+        "kind first in every other pair; each pair of adjacent windows gives one ratio, so "
+        "that a slow spell of the shared host hits both sides of it. Against `single_env` "
+        f"the ratio is also given per core limit (divided by {cores}); against "
+        "`single_env_per_core` it is the share of the core limit as the machine gives it "
+        "(one loop per core, all at once).", "",
+        "| envs | kind | baseline | kind steps/s | baseline steps/s | ratio (median) | "
+        "25th–75th percentile | pairs |",
+        "|---:|---|---|---:|---:|---:|---|---:|"]
+    for pair in pairs:
+        low, high = pair["ratio_range"]
+        ratio = f"{pair['ratio']:.2f}×"
+        if pair["baseline"] == "single_env":
+            ratio += f" ({pair['ratio'] / cores:.2f}× the {cores}-core limit)"
+        elif pair["baseline"] == "single_env_per_core":
+            ratio += " of the measured limit"
+        lines.append(
+            f"| {pair['num_envs']} | `{pair['kind']}` ({pair['env']}) | `{pair['baseline']}` "
+            f"| {pair['steps_per_second']:,.0f} | {pair['baseline_steps_per_second']:,.0f} | "
+            f"{ratio} | {low:.2f}–{high:.2f} | {len(pair['ratios'])} |")
+    return lines
 
 
 def _learning_markdown(runs):
@@ -1155,6 +1479,9 @@ def _parser():
     parser.add_argument("--learning-steps", type=int, metavar="N",
                         help="training steps of each of those runs (default: "
                              f"{DEFAULTS['learning_steps']:,})")
+    parser.add_argument("--pair-seconds", type=float, metavar="S",
+                        help="timed seconds of each paired measurement of the goals (0 to "
+                             f"skip them; default: {DEFAULTS['pair_seconds']:g}; --quick: 0)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # See `_isolated`.
     parser.add_argument("--max-train-seconds", type=float, default=600.0,
                         help="cap of a training window, in seconds (default: %(default)g)")
@@ -1191,9 +1518,9 @@ def main(argv=None):
     if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
             or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0
             or settings["repeats"] <= 0 or (settings["inter_op_threads"] or 0) < 0
-            or settings["learning_steps"] <= 0):
+            or settings["learning_steps"] <= 0 or settings["pair_seconds"] < 0):
         print("error: sizes, seconds, steps per call, repeats and learning steps must be "
-              "positive, inter-op threads not negative", file=sys.stderr)
+              "positive, inter-op threads and pair seconds not negative", file=sys.stderr)
         return 2
     try:
         for env_id in settings["envs"]:
@@ -1222,6 +1549,12 @@ def main(argv=None):
         log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
         steps_per_call=settings["steps_per_call"], repeats=settings["repeats"],
         inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
+    pairs = []
+    if settings["pair_seconds"] > 0:
+        pairs = run_pairs(
+            settings["envs"], settings["pair_seconds"], settings["warmup"],
+            settings["steps_per_call"], log=functools.partial(print, flush=True),
+            inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
     learning = []
     with tempfile.TemporaryDirectory(prefix="batchrl-bench-learning-") as logdir:
         for seed in settings["learning_seeds"]:
@@ -1238,7 +1571,7 @@ def main(argv=None):
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)
     machine = {**machine_info(), "effective_cores": [cores_before, effective_cores()]}
     report = build_report(measurements, settings, command, machine=machine,
-                          learning=learning)
+                          learning=learning, pairs=pairs)
     write_json(report, args.json)
     write_markdown(report, args.output)
     print(f"Wrote {args.json} and {args.output}.")

@@ -7,6 +7,7 @@ rate, closes its worker processes, and the JSON and Markdown reports hold every 
 
 import json
 import multiprocessing
+import os
 import pathlib
 import sys
 
@@ -39,9 +40,12 @@ def quick_run(tmp_path_factory):
 def test_every_measurement_reports_positive_rate(quick_run):
     report, _ = quick_run
     rows = {(row["env"], row["kind"], row["num_envs"]): row for row in report["rows"]}
+    cores = os.cpu_count()
+    single = {"single_env", "single_env_per_core"}
     expected = {(env, "single_env", 1) for env in (ENV, NATIVE)} | {
-        (ENV, kind, SIZE) for kind in benchmark.KINDS if kind != "single_env"} | {
-        (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - {"single_env"}}
+        (env, "single_env_per_core", cores) for env in (ENV, NATIVE)} | {
+        (ENV, kind, SIZE) for kind in benchmark.KINDS if kind not in single} | {
+        (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - single}
     assert set(rows) == expected
     for key, row in rows.items():
         assert row["steps"] > 0 and row["seconds"] > 0, key
@@ -53,6 +57,9 @@ def test_every_measurement_reports_positive_rate(quick_run):
     # K steps per call: every call of a K-step kind counts K batch steps.
     loop = rows[ENV, "simulate_mock_loop", SIZE]
     assert loop["steps"] == loop["calls"] * SIZE * 3
+    # One loop per core: every process stepped (single_env steps 32 at a time).
+    per_core = rows[ENV, "single_env_per_core", cores]
+    assert per_core["steps"] >= per_core["calls"] * cores * benchmark.SINGLE_ENV_CHUNK
 
 
 def test_report_holds_machine_command_and_every_row(quick_run):
@@ -123,12 +130,13 @@ def test_repeats_report_the_median_and_the_range(monkeypatch):
             return benchmark.Measurement(kind, env_id, num_envs, next(sequence), 1.0, 1, 0.0)
         return measure
 
-    for name in ("single_env", "simulate_mock", "ppo_inference", "ppo_training"):
+    for name in ("single_env", "single_env_per_core", "simulate_mock", "ppo_inference",
+                 "ppo_training"):
         monkeypatch.setattr(benchmark, f"measure_{name}", fake(name))
     lines = []
     results = benchmark.run_benchmark([NATIVE], [], native_sizes=[SIZE], log=lines.append,
                                       repeats=3, **TIMING)
-    assert len(lines) == 3 * len(results) == 3 * 4  # Every kind ran 3 times...
+    assert len(lines) == 3 * len(results) == 3 * 5  # Every kind ran 3 times...
     assert len({(m.kind, m.num_envs) for m in results}) == len(results)  # ...once here.
     for measurement in results:
         assert measurement.samples == (300, 100, 200)  # In the order they ran.
@@ -155,22 +163,37 @@ def test_paired_ratio_takes_the_median_of_the_rounds():
 
 
 def test_goals_are_checked_against_their_rows():
-    def row(env, kind, num_envs, **fields):
-        return {"env": env, "kind": kind, "num_envs": num_envs, **fields}
-
-    rows = [row("Pendulum-v1", "simulate_mock_loop", 32, vs_baseline=0.85),
-            row("HalfCheetah-v5", "simulate_mock_processes", 32, vs_baseline=1.2,
-                vs_core_limit=0.75)]
+    rows = [{"env": "HalfCheetah-v5", "kind": "simulate_mock_processes", "num_envs": 32,
+             "vs_baseline": 1.2}]
+    pairs = [
+        benchmark.PairedMeasurement("simulate_mock_loop", "batch_env", "Pendulum-v1", 32,
+                                    (0.7, 0.85, 0.9), 850.0, 1000.0, 0.0),
+        benchmark.PairedMeasurement("simulate_mock_processes", "single_env", "HalfCheetah-v5",
+                                    32, (1.5, 1.6, 1.7), 1600.0, 1000.0, 0.0)]
     learning = [{"seconds_to_threshold": 50.0}, {"seconds_to_threshold": 130.0}]
-    goals = benchmark.check_goals(rows, learning)
+    goals = benchmark.check_goals(rows, pairs, learning, cpu_count=2)
     assert [(goal["value"], goal["met"]) for goal in goals] == [
-        (0.85, True), (1.2, False), (0.75, True), (None, None), (130.0, False)]
+        (0.85, True), (1.2, False), (0.8, True), (None, None), (130.0, False)]
     # A seed that never reached the threshold fails the learning goal.
-    never = benchmark.check_goals(rows, [{"seconds_to_threshold": None}])[-1]
+    never = benchmark.check_goals(rows, pairs, [{"seconds_to_threshold": None}], 2)[-1]
     assert never["value"] == float("inf") and never["met"] is False
     text = "\n".join(benchmark._goals_markdown(goals))
     assert "| 0.85× | yes |" in text and "| not measured | – |" in text
     assert "| 130 s (slowest seed) | **no** |" in text
+
+
+def test_paired_measurement_alternates_windows():
+    pair = benchmark.measure_paired(ENV, SIZE, "simulate_mock_loop", "batch_env", 3,
+                                    seconds=0.5, warmup=0.05, window=0.05)
+    assert (pair.kind, pair.baseline, pair.env, pair.num_envs) == (
+        "simulate_mock_loop", "batch_env", ENV, SIZE)
+    assert len(pair.ratios) >= 2 and all(ratio > 0 for ratio in pair.ratios)
+    assert pair.steps_per_second > 0 and pair.baseline_steps_per_second > 0
+    assert multiprocessing.active_children() == []
+    report = benchmark.build_report([], {"seconds": 0.2, "warmup": 0.05, "min_updates": 1},
+                                    "cmd", pairs=[pair])
+    assert report["pairs"][0]["ratio"] == pair.ratio
+    assert "## Paired measurements" in benchmark.markdown(report)
 
 
 def test_learning_run_reports_the_time_to_the_threshold(tmp_path):
