@@ -1,3 +1,4 @@
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -175,6 +176,22 @@ def test_mock_algorithm_actions_are_valid(observ_shape):
         assert action.shape == (3, 1)
         assert (action >= -1).all() and (action <= 1).all()
     assert step.experimental_get_tracing_count() <= 2
+
+
+def test_mock_algorithm_draws_within_each_dimension_s_bounds():
+    space = gym.spaces.Box(np.array([0.0, -5.0, -np.inf], np.float32),
+                           np.array([0.5, -4.0, np.inf], np.float32))
+
+    class Batch:
+        action_space = space
+
+    algo = MockAlgorithm(Batch(), seed=3)
+    action = algo.perform(tf.range(500), None).numpy()
+    assert action.shape == (500, 3)
+    low, high = np.array([0.0, -5.0, -1.0]), np.array([0.5, -4.0, 1.0])  # inf: [-1, 1].
+    assert (action >= low).all() and (action <= high).all()
+    # Spread over each interval, not collapsed onto one bound.
+    assert (np.abs(action.mean(axis=0) - (low + high) / 2) < 0.1 * (high - low)).all()
 
 
 def test_simulate_steps_runs_the_same_steps_in_one_call():

@@ -42,7 +42,7 @@ class MockAlgorithm:
             shape = (count, *self._space.shape)
         else:
             shape = tf.concat([[count], self._space.shape], 0)
-        return low + (high - low) * self._random.uniform(shape, dtype=tf.float32)
+        return self._random.uniform(shape, low, high, dtype=tf.float32)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         del agent_indices, observ, action, reward, done, nextob
