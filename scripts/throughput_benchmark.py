@@ -263,6 +263,19 @@ def _warm_up(call, warmup):
         call()
 
 
+def _window(call, seconds):
+    """Calls `call()` until `seconds` have passed (the last call is finished); returns
+    `(steps, elapsed seconds, calls)`."""
+    steps = calls = 0
+    start = time.perf_counter()
+    while True:
+        steps += call()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return steps, elapsed, calls
+
+
 def _run_timed(call, seconds, warmup):
     """Calls `call()` for `warmup` seconds (at least twice), then for `seconds` seconds.
 
@@ -276,15 +289,7 @@ def _run_timed(call, seconds, warmup):
       (at least `seconds`; the last call is finished), calls.
     """
     _warm_up(call, warmup)
-    steps = calls = 0
-    start = time.perf_counter()
-    end = start + seconds
-    while True:
-        steps += call()
-        calls += 1
-        now = time.perf_counter()
-        if now >= end:
-            return steps, now - start, calls
+    return _window(call, seconds)
 
 
 def _action_pool(space, shape, seed=0):
@@ -402,7 +407,7 @@ import throughput_benchmark as benchmark
 with benchmark._single_env_stepper({env_id!r}) as (call, _):
     print("ready", flush=True)
     for line in sys.stdin:
-        steps, _ = benchmark._window(call, float(line))
+        steps, _, _ = benchmark._window(call, float(line))
         print(steps, flush=True)
 """
 
@@ -843,17 +848,6 @@ def _stepper(kind, env_id, num_envs, steps_per_call):
     raise ValueError(f"kind {kind!r} cannot be paired")
 
 
-def _window(call, seconds):
-    """Calls `call()` until `seconds` have passed; returns `(steps, elapsed seconds)`."""
-    steps = 0
-    start = time.perf_counter()
-    while True:
-        steps += call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps, elapsed
-
-
 def measure_paired(env_id, num_envs, kind, baseline, steps_per_call, seconds, warmup,
                    window=0.25):
     """Measures `kind` against `baseline` in alternating windows of `window` seconds.
@@ -888,7 +882,7 @@ def measure_paired(env_id, num_envs, kind, baseline, steps_per_call, seconds, wa
             turns = [(kind, call), (baseline, base_call)]
             rates = {}
             for name, function in turns if len(ratios) % 2 == 0 else turns[::-1]:
-                steps, elapsed = _window(function, window)
+                steps, elapsed, _ = _window(function, window)
                 rates[name] = steps / elapsed
                 totals[name][0] += steps
                 totals[name][1] += elapsed
