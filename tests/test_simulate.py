@@ -194,6 +194,22 @@ def test_mock_algorithm_draws_within_each_dimension_s_bounds():
     assert (np.abs(action.mean(axis=0) - (low + high) / 2) < 0.1 * (high - low)).all()
 
 
+def test_mock_algorithm_with_a_seed_repeats_its_actions_in_a_new_function():
+    class Batch:
+        action_space = gym.spaces.Discrete(3, start=1)
+
+    def two_calls(seed):
+        algo = MockAlgorithm(Batch(), seed=seed)
+        draw = tf.function(lambda: algo.perform(tf.range(50), None))
+        return draw().numpy(), draw().numpy()
+
+    first, second = two_calls(7)
+    again, _ = two_calls(7)
+    assert set(first.tolist()) == {1, 2, 3}
+    assert (first == again).all()  # The same seed, a new function: the same actions.
+    assert (first != second).any()  # Later calls go on drawing.
+
+
 def test_simulate_steps_runs_the_same_steps_in_one_call():
     batch_env, algo, _, events = _setup([1, 2, 3, 4])
     episode_state(batch_env)  # Created before the trace: no second trace.
