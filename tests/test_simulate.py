@@ -200,7 +200,7 @@ def test_mock_algorithm_with_a_seed_repeats_its_actions_in_a_new_function():
 
     def two_calls(seed):
         algo = MockAlgorithm(Batch(), seed=seed)
-        draw = tf.function(lambda: algo.perform(tf.range(50), None))
+        draw = tf.function(lambda: algo.perform(tf.range(50), None), autograph=False)
         return draw().numpy(), draw().numpy()
 
     first, second = two_calls(7)
