@@ -1,30 +1,10 @@
 """A batch of Python environments exposed to TensorFlow as graph operations."""
 
-import ctypes
-import threading
-
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-# TensorFlow threads that run `tf.numpy_function`s and keep their Python thread state.
-_THREADS_WITH_STATE = set()
-
-
-def _keep_python_thread_state():
-    """Keeps the Python thread state of the calling TensorFlow thread alive between calls.
-
-    TensorFlow runs a `tf.numpy_function` on one of its own threads with
-    `PyGILState_Ensure` / `PyGILState_Release`; for a thread unknown to Python these create
-    and destroy a whole thread state around every call, about 40 us of each environment
-    step on the 2-core machine of docs/performance.md. One extra `PyGILState_Ensure`, never
-    released, makes the state outlive the call: later calls only take the GIL. It holds
-    one thread state per TensorFlow thread (a few), freed when the interpreter exits.
-    """
-    thread = threading.get_ident()
-    if thread not in _THREADS_WITH_STATE:  # Runs with the GIL held: no race.
-        ctypes.pythonapi.PyGILState_Ensure()
-        _THREADS_WITH_STATE.add(thread)
+from batchrl.tools.numpy_function import keep_python_thread_state, skip_needless_output_conversions
 
 
 class InGraphBatchEnv:
@@ -43,8 +23,10 @@ class InGraphBatchEnv:
     - `terminated`: bool `[B]`, the latest step ended the episode in a terminal state (the
       value of the next state is zero); `done & ~terminated` means truncated (time limit).
 
-    The Python environments are called through `tf.numpy_function`. `len()`, `[i]` and other
-    attributes reach the wrapped `BatchEnv`.
+    The Python environments are called through `tf.numpy_function`; constructing one
+    makes such calls cheaper for the whole process
+    (`batchrl.tools.numpy_function.skip_needless_output_conversions`). `len()`, `[i]` and
+    other attributes reach the wrapped `BatchEnv`.
 
     Args:
       batch_env: a `BatchEnv` (or anything with its interface).
@@ -55,6 +37,7 @@ class InGraphBatchEnv:
     """
 
     def __init__(self, batch_env):
+        skip_needless_output_conversions()
         self._batch_env = batch_env
         self._error = None
         observation_space = batch_env.observation_space
@@ -197,12 +180,11 @@ class InGraphBatchEnv:
         float32 `[B, 3]` holding the reward, terminated and done (terminated or truncated)
         columns, the flags 0 or 1.
 
-        Packing the reward and flags into one array saves about 20 us per step on the
-        2-core machine of docs/performance.md: each output of a `tf.numpy_function` costs a
-        conversion, and bool outputs are the slowest. `done` is computed here, where it
-        costs less than a graph op.
+        Packing the reward and flags into one array saves work on every step: each output
+        of a `tf.numpy_function` is converted to a tensor on its own, and bool outputs are
+        the slowest. `done` is computed here, where it costs less than a graph op.
         """
-        _keep_python_thread_state()
+        keep_python_thread_state()
         try:
             observ, reward, terminated, truncated, _ = self._batch_env.step(action)
         except Exception as error:
@@ -225,7 +207,7 @@ class InGraphBatchEnv:
         return observ, scalars
 
     def _reset(self, indices):
-        _keep_python_thread_state()
+        keep_python_thread_state()
         try:
             observ, _ = self._batch_env.reset(indices.tolist())
         except Exception as error:
