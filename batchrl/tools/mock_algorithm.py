@@ -19,7 +19,6 @@ class MockAlgorithm:
     """
 
     def __init__(self, batch_env, seed=None):
-        self._batch_env = batch_env
         self._space = batch_env.action_space
         self._seed = seed
         if not isinstance(self._space, gym.spaces.Discrete):
