@@ -21,6 +21,13 @@ environments autoreset instead, and their reset-only entries are not counted), i
 - `parallel_W`: `ParallelBatchEnv` with W worker processes (`--workers`).
 - `async_vector_env`: Gymnasium's `AsyncVectorEnv` (shared_memory=True, forkserver).
 
+`--parent-work-us US` makes this process compute for US microseconds (a busy loop) after
+every batch step of the batch kinds (`parallel_W`, `batch_env_processes`,
+`async_vector_env`), as a policy does between steps in training: it shows how much of the
+core limit remains once the workers wait for the policy at every step (`simulate` with
+`MockAlgorithm` spends about 125 us per batch step outside the environments' step on the
+2-core machine; BatchPPO's inference more).
+
 Everything is built and warmed up first; then `--rounds` rounds each measure every kind for
 `--seconds` seconds, one after the other, and the best round of each kind is reported: other
 programs' load comes and goes, and the best round is the one least disturbed. Columns: env
@@ -175,11 +182,21 @@ class PlainLoops(Stepper):
             worker.close()
 
 
-class BatchStepper(Stepper):
-    """Steps a `BatchEnv` or `ParallelBatchEnv`, resetting the environments that are done."""
+def compute(microseconds):
+    """Keeps this process busy for `microseconds` of wall-clock time (a policy's inference)."""
+    if microseconds > 0:
+        end = time.perf_counter_ns() + int(microseconds * 1000)
+        while time.perf_counter_ns() < end:
+            pass
 
-    def __init__(self, batch_env, num_envs):
+
+class BatchStepper(Stepper):
+    """Steps a `BatchEnv` or `ParallelBatchEnv`, resetting the environments that are done,
+    then computes for `parent_work_us` microseconds."""
+
+    def __init__(self, batch_env, num_envs, parent_work_us=0.0):
         self.batch_env, self.num_envs = batch_env, num_envs
+        self.parent_work_us = parent_work_us
         self.actions = itertools.cycle(action_pool(batch_env.action_space, num_envs))
         batch_env.reset(seed=0)
 
@@ -188,18 +205,19 @@ class BatchStepper(Stepper):
         done = terminated | truncated
         if done.any():
             self.batch_env.reset(np.flatnonzero(done))
+        compute(self.parent_work_us)
         return self.num_envs
 
     def close(self):
         self.batch_env.close()
 
 
-def batch_env_processes(constructor, num_envs):
+def batch_env_processes(constructor, num_envs, parent_work_us):
     envs = []
     try:
         for index in range(num_envs):
             envs.append(wrappers.ExternalProcess(constructor, name=f"env {index}"))
-        return BatchStepper(BatchEnv(envs, blocking=False), num_envs)
+        return BatchStepper(BatchEnv(envs, blocking=False), num_envs, parent_work_us)
     except BaseException:
         for env in envs:
             env.close()
@@ -207,7 +225,7 @@ def batch_env_processes(constructor, num_envs):
 
 
 class AsyncVectorEnv(Stepper):
-    def __init__(self, constructor, num_envs):
+    def __init__(self, constructor, num_envs, parent_work_us):
         with wrappers.starting_workers(multiprocessing.get_context("forkserver")):
             self.envs = gym.vector.AsyncVectorEnv(
                 [constructor] * num_envs, shared_memory=True, context="forkserver")
@@ -215,18 +233,20 @@ class AsyncVectorEnv(Stepper):
         self.envs.reset(seed=0)
         self.actions = itertools.cycle(action_pool(self.envs.action_space, None))
         self.autoreset = np.zeros(num_envs, bool)
+        self.parent_work_us = parent_work_us
 
     def call(self):
         _, _, terminated, truncated, _ = self.envs.step(next(self.actions))
         stepped = self.num_envs - int(self.autoreset.sum())
         self.autoreset = terminated | truncated
+        compute(self.parent_work_us)
         return stepped
 
     def close(self):
         self.envs.close()
 
 
-def steppers(env_id, num_envs, workers, skip):
+def steppers(env_id, num_envs, workers, skip, parent_work_us=0.0):
     """`{kind: zero-argument factory of its Stepper}`, in report order."""
     constructor = functools.partial(environments.create, env_id)  # Registered time limit.
     kinds = {"single_env": functools.partial(SingleEnv, constructor, num_envs)}
@@ -235,12 +255,14 @@ def steppers(env_id, num_envs, workers, skip):
             kinds[f"plain_loops_{count}"] = functools.partial(
                 PlainLoops, constructor, num_envs, count)
         kinds[f"parallel_{count}"] = lambda count=count: BatchStepper(
-            ParallelBatchEnv(constructor, num_envs, count, name=env_id), num_envs)
+            ParallelBatchEnv(constructor, num_envs, count, name=env_id), num_envs,
+            parent_work_us)
     if "batch_env_processes" not in skip:
         kinds["batch_env_processes"] = functools.partial(
-            batch_env_processes, constructor, num_envs)
+            batch_env_processes, constructor, num_envs, parent_work_us)
     if "async_vector_env" not in skip:
-        kinds["async_vector_env"] = functools.partial(AsyncVectorEnv, constructor, num_envs)
+        kinds["async_vector_env"] = functools.partial(
+            AsyncVectorEnv, constructor, num_envs, parent_work_us)
     return kinds
 
 
@@ -248,7 +270,8 @@ def benchmark(env_id, args):
     """Builds every kind, measures `args.rounds` interleaved rounds, prints the best."""
     built, rounds = {}, {}
     try:
-        for kind, factory in steppers(env_id, args.num_envs, args.workers, args.skip).items():
+        for kind, factory in steppers(env_id, args.num_envs, args.workers, args.skip,
+                                         args.parent_work_us).items():
             built[kind] = factory()
             built[kind].warm_up(args.warmup)
         for _ in range(args.rounds):
@@ -264,6 +287,7 @@ def benchmark(env_id, args):
     asynchronous = best.get("async_vector_env", (None,))[0]
     print(f"\n{env_id}, B = {args.num_envs}: core limit {cores} x single_env = "
           f"{core_limit:,.0f} steps/s (best of {args.rounds} rounds of {args.seconds:g} s; "
+          f"parent work {args.parent_work_us:g} us per batch step; "
           f"load average {os.getloadavg()[0]:.2f} at the end)")
     print(f"  {'kind':20s} {'steps/s':>9s} {'/limit':>7s} {'/async':>7s} {'/plain':>7s} "
           f"{'cpu/step':>8s}   rounds (steps/s)")
@@ -293,6 +317,9 @@ def main(argv=None):
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["plain_loops", "batch_env_processes", "async_vector_env"])
+    parser.add_argument("--parent-work-us", type=float, default=0.0,
+                        help="microseconds this process computes after every batch step of "
+                             "the batch kinds, as a policy would")
     args = parser.parse_args(argv)
     print(f"{platform.machine()}, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f} at the start", flush=True)

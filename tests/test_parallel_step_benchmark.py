@@ -1,0 +1,48 @@
+"""scripts/parallel_step_benchmark.py on Pendulum with 4 environments, briefly.
+
+No timing assertions (the machine may be busy): every kind runs and reports a positive
+rate, and the policy stand-in (`--parent-work-us`) keeps the process busy that long.
+"""
+
+import pathlib
+import re
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import parallel_step_benchmark as benchmark  # noqa: E402
+
+from batchrl.scripts import environments  # noqa: E402
+from batchrl.tools.batch_env import BatchEnv  # noqa: E402
+
+
+def test_compute_keeps_the_process_busy_for_the_given_time():
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    benchmark.compute(20_000)
+    wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
+    assert wall >= 0.02
+    assert cpu > 0.5 * wall  # Busy, not asleep.
+
+
+def test_batch_steps_are_followed_by_the_parent_work():
+    envs = [environments.create("Pendulum-v1") for _ in range(2)]
+    stepper = benchmark.BatchStepper(BatchEnv(envs, blocking=True), 2, parent_work_us=20_000)
+    try:
+        start = time.perf_counter()
+        assert stepper.call() == 2
+        assert time.perf_counter() - start >= 0.02
+    finally:
+        stepper.close()
+
+
+def test_every_kind_reports_a_positive_rate_with_parent_work(capsys):
+    benchmark.main(["--envs", "Pendulum-v1", "--num-envs", "4", "--workers", "2",
+                    "--rounds", "1", "--seconds", "0.1", "--warmup", "0.05",
+                    "--parent-work-us", "100"])
+    out = capsys.readouterr().out
+    assert "parent work 100 us per batch step" in out
+    for kind in ("single_env", "plain_loops_2", "parallel_2", "batch_env_processes",
+                 "async_vector_env"):
+        match = re.search(rf"^  {kind} +([\d,]+) ", out, re.MULTILINE)
+        assert match, f"{kind} missing from:\n{out}"
+        assert int(match.group(1).replace(",", "")) > 0
