@@ -20,6 +20,13 @@ environments autoreset instead, and their reset-only entries are not counted), i
 - `batch_env_processes`: `BatchEnv` with one `ExternalProcess` per environment.
 - `parallel_W`: `ParallelBatchEnv` with W worker processes (`--workers`).
 - `async_vector_env`: Gymnasium's `AsyncVectorEnv` (shared_memory=True, forkserver).
+- `overlapped_G` (`--overlap-groups`): the B environments in G groups, hosted by
+  `os.cpu_count()` worker processes (group g in worker g mod W), stepped in turn: this
+  process waits for group g's step, computes for `--parent-work-us` / G (a policy for that
+  group alone, the most favourable split of its time), and sends group g its next actions
+  while the other groups step. A schedule that hides the policy's time behind the stepping,
+  which `simulate`'s order (actions for every agent, then a step of every environment)
+  does not allow; actions and observations in shared memory, one byte per message on pipes.
 
 `--parent-work-us US` makes this process compute for US microseconds (a busy loop) after
 every batch step of the batch kinds (`parallel_W`, `batch_env_processes`,
@@ -45,6 +52,7 @@ import multiprocessing
 import os
 import platform
 import time
+from multiprocessing import shared_memory
 
 import gymnasium as gym
 import numpy as np
@@ -246,7 +254,105 @@ class AsyncVectorEnv(Stepper):
         self.envs.close()
 
 
-def steppers(env_id, num_envs, workers, skip, parent_work_us=0.0):
+def _serve_groups(constructor, groups, action, observ, commands, replies):
+    """A worker of `Overlapped`: builds its groups' environments, then for each byte `g` read
+    from `commands` steps group `g` (rows `groups[g]` of the shared `action` and `observ`)
+    and answers with the same byte, until end of file.
+
+    First closes every file descriptor the fork copied but `commands`, `replies` and the
+    standard streams: a copy of a pipe's write end, its own or another worker's (of this
+    kind or another), would keep that pipe's reader from ever seeing end of file."""
+    low, high = sorted((commands, replies))
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+    envs = {group: [constructor() for _ in rows] for group, rows in groups.items()}
+    for group, rows in groups.items():
+        for row, env in zip(rows, envs[group], strict=True):
+            env.reset(seed=int(row))
+    os.write(replies, b"+")
+    while command := os.read(commands, 1):
+        group = command[0]
+        for row, env in zip(groups[group], envs[group], strict=True):
+            observ[row], _, terminated, truncated, _ = env.step(action[row])
+            if terminated or truncated:
+                observ[row], _ = env.reset()
+        os.write(replies, command)
+
+
+class Overlapped(Stepper):
+    """G groups of environments stepped in turn by worker processes, the policy's time
+    (`parent_work_us / G` per group) overlapping the other groups' steps."""
+
+    def __init__(self, constructor, num_envs, num_groups, parent_work_us):
+        env = constructor()
+        action_space, observation_space = env.action_space, env.observation_space
+        env.close()
+        self.num_envs, self.num_groups = num_envs, num_groups
+        self.group_work_us = parent_work_us / num_groups
+        self.rows = [rows.tolist() for rows in np.array_split(np.arange(num_envs), num_groups)]
+        self.actions = itertools.cycle(action_pool(action_space, num_envs))
+        action_shape = (num_envs, *action_space.shape)
+        observ_shape = (num_envs, *observation_space.shape)
+        action_bytes = int(np.prod(action_shape)) * np.dtype(action_space.dtype).itemsize
+        self.memory = shared_memory.SharedMemory(
+            create=True, size=action_bytes + int(np.prod(observ_shape)) * 4)
+        self.action = np.ndarray(action_shape, action_space.dtype, self.memory.buf)
+        self.observ = np.ndarray(observ_shape, np.float32, self.memory.buf, action_bytes)
+        num_workers = min(num_groups, os.cpu_count() or 1)
+        self.commands, self.replies, self.processes = [], [], []
+        context = multiprocessing.get_context("fork")  # Inherits the memory and the pipes.
+        for worker in range(num_workers):
+            command_read, command_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+            groups = {g: self.rows[g] for g in range(num_groups) if g % num_workers == worker}
+            process = context.Process(
+                target=_serve_groups, daemon=True,
+                args=(constructor, groups, self.action, self.observ, command_read, reply_write))
+            process.start()
+            os.close(command_read)
+            os.close(reply_write)
+            self.commands.append(command_write)
+            self.replies.append(reply_read)
+            self.processes.append(process)
+        for reply in self.replies:
+            self._read(reply)  # Built.
+        actions = next(self.actions)
+        for group in range(num_groups):
+            self._send(group, actions)
+
+    def _read(self, reply):
+        if not os.read(reply, 1):
+            raise RuntimeError(f"a worker of overlapped_{self.num_groups} stopped")
+
+    def _send(self, group, actions):
+        compute(self.group_work_us)
+        rows = self.rows[group]
+        self.action[rows] = actions[rows]
+        os.write(self.commands[group % len(self.commands)], bytes([group]))
+
+    def call(self):
+        actions = next(self.actions)
+        for group in range(self.num_groups):
+            # A worker answers its groups in the order they were sent: this is group's.
+            self._read(self.replies[group % len(self.replies)])
+            self._send(group, actions)
+        return self.num_envs
+
+    def close(self):
+        for fd in self.commands + self.replies:
+            os.close(fd)
+        for process in self.processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        del self.action, self.observ
+        self.memory.close()
+        self.memory.unlink()
+
+
+def steppers(env_id, num_envs, workers, skip, parent_work_us=0.0, overlap_groups=()):
     """`{kind: zero-argument factory of its Stepper}`, in report order."""
     constructor = functools.partial(environments.create, env_id)  # Registered time limit.
     kinds = {"single_env": functools.partial(SingleEnv, constructor, num_envs)}
@@ -263,6 +369,9 @@ def steppers(env_id, num_envs, workers, skip, parent_work_us=0.0):
     if "async_vector_env" not in skip:
         kinds["async_vector_env"] = functools.partial(
             AsyncVectorEnv, constructor, num_envs, parent_work_us)
+    for count in overlap_groups:
+        kinds[f"overlapped_{count}"] = functools.partial(
+            Overlapped, constructor, num_envs, count, parent_work_us)
     return kinds
 
 
@@ -271,7 +380,7 @@ def benchmark(env_id, args):
     built, rounds = {}, {}
     try:
         for kind, factory in steppers(env_id, args.num_envs, args.workers, args.skip,
-                                         args.parent_work_us).items():
+                                         args.parent_work_us, args.overlap_groups).items():
             built[kind] = factory()
             built[kind].warm_up(args.warmup)
         for _ in range(args.rounds):
@@ -294,6 +403,8 @@ def benchmark(env_id, args):
     for kind, (rate, cpu) in best.items():
         plain = best.get("plain_loops_" + kind.rsplit("_", 1)[1]) \
             if kind.startswith("parallel_") else None
+        if kind.startswith("overlapped_"):
+            plain = best.get(f"plain_loops_{min(int(kind.rsplit('_', 1)[1]), cores)}")
         columns = [
             f"{rate / core_limit:7.2f}",
             f"{rate / asynchronous:7.2f}" if asynchronous else f"{'-':>7s}",
@@ -320,6 +431,8 @@ def main(argv=None):
     parser.add_argument("--parent-work-us", type=float, default=0.0,
                         help="microseconds this process computes after every batch step of "
                              "the batch kinds, as a policy would")
+    parser.add_argument("--overlap-groups", type=int, nargs="*", default=[],
+                        help="group counts G of the overlapped_G kinds (e.g. 2 4)")
     args = parser.parse_args(argv)
     print(f"{platform.machine()}, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f} at the start", flush=True)
