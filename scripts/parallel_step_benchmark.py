@@ -285,6 +285,9 @@ class Overlapped(Stepper):
     (`parent_work_us / G` per group) overlapping the other groups' steps."""
 
     def __init__(self, constructor, num_envs, num_groups, parent_work_us):
+        if not 1 <= num_groups <= min(num_envs, 255):
+            raise ValueError(f"overlap groups must be 1 to min(B, 255) = "
+                             f"{min(num_envs, 255)}, got {num_groups}")
         env = constructor()
         action_space, observation_space = env.action_space, env.observation_space
         env.close()
@@ -299,26 +302,34 @@ class Overlapped(Stepper):
             create=True, size=action_bytes + int(np.prod(observ_shape)) * 4)
         self.action = np.ndarray(action_shape, action_space.dtype, self.memory.buf)
         self.observ = np.ndarray(observ_shape, np.float32, self.memory.buf, action_bytes)
-        num_workers = min(num_groups, os.cpu_count() or 1)
         self.commands, self.replies, self.processes = [], [], []
+        try:
+            self._start(constructor)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, constructor):
+        num_workers = min(self.num_groups, os.cpu_count() or 1)
         context = multiprocessing.get_context("fork")  # Inherits the memory and the pipes.
         for worker in range(num_workers):
             command_read, command_write = os.pipe()
             reply_read, reply_write = os.pipe()
-            groups = {g: self.rows[g] for g in range(num_groups) if g % num_workers == worker}
+            self.commands.append(command_write)
+            self.replies.append(reply_read)
+            groups = {g: self.rows[g] for g in range(self.num_groups)
+                      if g % num_workers == worker}
             process = context.Process(
                 target=_serve_groups, daemon=True,
                 args=(constructor, groups, self.action, self.observ, command_read, reply_write))
             process.start()
             os.close(command_read)
             os.close(reply_write)
-            self.commands.append(command_write)
-            self.replies.append(reply_read)
             self.processes.append(process)
         for reply in self.replies:
             self._read(reply)  # Built.
         actions = next(self.actions)
-        for group in range(num_groups):
+        for group in range(self.num_groups):
             self._send(group, actions)
 
     def _read(self, reply):

@@ -58,6 +58,12 @@ def test_overlapped_groups_step_every_environment_and_end_their_workers(num_grou
     assert not any(process.is_alive() for process in stepper.processes)
 
 
+def test_overlapped_rejects_more_groups_than_environments():
+    constructor = functools.partial(environments.create, "Pendulum-v1")
+    with pytest.raises(ValueError, match="overlap groups must be 1 to min"):
+        benchmark.Overlapped(constructor, 3, 4, parent_work_us=0)
+
+
 def test_every_kind_reports_a_positive_rate_with_parent_work(capsys):
     benchmark.main(["--envs", "Pendulum-v1", "--num-envs", "4", "--workers", "2",
                     "--rounds", "1", "--seconds", "0.1", "--warmup", "0.05",
