@@ -131,3 +131,61 @@ def test_recurrent_policy_trains_on_chunks_without_crash():
         assert np.isfinite(score.numpy()).all()
     after = algo.networks.policy.trainable_variables
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
+def _fill_memory(algo, run, update_every):
+    """Plays until the memory holds `update_every - 1` episodes (no update yet), then
+    copies the first into the last row: a full memory that has not trained."""
+    while int(algo._memory_index.numpy()) < update_every - 1:
+        run(False, False)
+    episodes, length = algo._memory.data([0])
+    algo._memory.replace(episodes, length, [update_every - 1])
+
+
+def _memory_update(algo):
+    """A `tf.function(shift)` that restores the current memory, with `shift` added to the
+    stored policy means, and runs one update on it; returns the update's metrics."""
+    episodes, length = algo._memory.data()
+    episodes = {key: value.numpy() for key, value in episodes.items()}
+    length = length.numpy()
+    rows = tf.range(len(length))
+
+    @tf.function(autograph=False)
+    def update(shift):
+        stored = [algo._memory.replace(
+            dict(episodes, policy_mean=episodes["policy_mean"] + shift), length, rows),
+            algo._memory_index.assign(len(length))]
+        with tf.control_dependencies(stored):
+            return algo._update()
+
+    return update
+
+
+@pytest.mark.parametrize("reference", ["behaviour", "update_start"])
+def test_kl_is_measured_from_the_configured_reference_policy(reference):
+    """With a vanishing learning rate the policy does not move: the KL from the policy at
+    the update's start is then 0, the KL from a stale stored behaviour policy is not."""
+    _, algo, _, run = _setup((3,), [(3, 3)] * 2, update_every=3, policy_lr=1e-12,
+                             kl_reference=reference)
+    _fill_memory(algo, run, 3)
+    update = _memory_update(algo)
+    metrics = update(tf.constant(0.5))  # The stored behaviour means are 0.5 off.
+    if reference == "update_start":
+        assert float(metrics["kl"]) < 1e-6
+    else:
+        assert float(metrics["kl"]) > 0.1
+
+
+def test_update_compiled_with_xla_trains_as_without():
+    """`jit_update` changes how the update runs, not what it computes."""
+    weights = []
+    for jit in (False, True):
+        tf.keras.utils.set_random_seed(3)
+        _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, jit_update=jit,
+                                 update_epochs=2)
+        _fill_memory(algo, run, 3)
+        metrics = _memory_update(algo)(tf.constant(0.0))
+        assert np.isfinite(float(metrics["policy_loss"]))
+        weights.append([v.numpy() for v in algo.networks.policy.trainable_variables])
+    for plain, compiled in zip(*weights, strict=True):
+        np.testing.assert_allclose(compiled, plain, rtol=1e-4, atol=1e-5)

@@ -26,7 +26,7 @@ _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
-_CHOICES = {"algorithm": ("ppo",)}
+_CHOICES = {"algorithm": ("ppo",), "kl_reference": ("behaviour", "update_start")}
 
 
 class ConfigError(ValueError):

@@ -30,7 +30,7 @@ class PPO:
     `update_epochs` epochs shuffles the chunks and takes one Adam step on the value loss and
     one on the policy's penalized surrogate loss per minibatch of `batch_size` chunks
     (null: all chunks, one full-batch step per epoch). Then the KL penalty is adapted from
-    the KL between the acting policy and the new one, and the memory is emptied. While
+    the KL between the reference policy and the new one, and the memory is emptied. While
     `is_training` is false, `perform` returns the mode (mean) action and nothing is
     recorded.
 
@@ -45,6 +45,13 @@ class PPO:
     episode is bootstrapped from its final observation when the episode was truncated and
     zero when it terminated.
 
+    The importance ratio of the surrogate is always taken against the stored policy that
+    acted (its parameters are stored with every step). The KL penalty, the cut-off and the
+    penalty's adaptation measure the KL from the reference policy `kl_reference`:
+    `behaviour`, that same stored policy (Hafner et al.), or `update_start`, the policy as
+    it was when this update began, evaluated on the memory's observations (the paper's
+    pi_old). The two differ for episodes that began before the previous update.
+
     Args:
       batch_env: an `InGraphBatchEnv` (its `terminated` variable tells terminal states).
       step: the global step variable (summaries are written at its value).
@@ -55,8 +62,9 @@ class PPO:
         `policy_lr`, `value_lr`, `discount`, `gae_lambda`, `kl_target`,
         `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
         `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
-        `batch_size` (None for whole episodes and full batches) and `seed`, plus whatever
-        the network reads.
+        `batch_size` (None for whole episodes and full batches), `kl_reference`
+        (`behaviour` or `update_start`), `jit_update` (compile the update with XLA) and
+        `seed`, plus whatever the network reads.
     """
 
     def __init__(self, batch_env, step, is_training, should_log, config):
@@ -131,6 +139,12 @@ class PPO:
         self._policy_optimizer.build(self._networks.policy.trainable_variables)
         self._value_optimizer = keras.optimizers.Adam(config.value_lr)
         self._value_optimizer.build(self._networks.value.trainable_variables)
+        # One traced function, so that the train and eval step functions share its graph
+        # (traced once, not once per caller). With `jit_update`, XLA compiles its many
+        # small ops (minibatch steps of small networks) into a few kernels; summaries stay
+        # outside, in `_train`.
+        self._update = tf.function(
+            self._update_step, jit_compile=bool(config.jit_update), autograph=False)
 
     @property
     def checkpoint_state(self):
@@ -266,57 +280,82 @@ class PPO:
                            lambda: tf.constant(False))
 
     def _train(self):
-        """One PPO update on the full memory; returns True once done."""
-        config = self._config
+        """One PPO update on the full memory and its summaries; returns True once done."""
         with tf.name_scope("update"):
-            episodes, length = self._memory.data()
-            mask = advantage_lib.sequence_mask(length, self._memory_length)
-            observ = episodes["observ"]
-            reward = self._reward_filter.transform(episodes["reward"]) * mask
-            not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
-            value = self._networks.value(observ)
-            bootstrap = self._networks.value(self._memory_final[:, None])[:, 0] * not_terminal
-            advantage, target = advantage_lib.generalized_advantage(
-                reward, value, bootstrap, length, config.discount, config.gae_lambda)
-            mean = advantage_lib.masked_mean(advantage, mask)
-            std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
-            old_params = {key: episodes["policy_" + key] for key in self._param_shapes}
-            old = self._distribution(old_params)
-            state = episodes["state"] if self._recurrent else tf.zeros(
-                [config.update_every, self._memory_length, 0])
-            steps = dict(
-                observ=observ, action=episodes["action"], state=state,
-                mask=mask, target=target, advantage=(advantage - mean) / (std + 1e-8) * mask,
-                old_log_prob=old.log_prob(episodes["action"]),
-                **{"policy_" + key: value for key, value in old_params.items()})
-            metrics = self._optimize(self._chunks(steps))
-
-            with tf.control_dependencies(tf.nest.flatten(metrics)):
-                new_params, _ = self._networks.policy(
-                    observ, tf.zeros([config.update_every, self._state_size]))
-                new = self._distribution(new_params)
-                kl = advantage_lib.masked_mean(old.kl(new), mask)
-                entropy = advantage_lib.masked_mean(new.entropy(), mask)
-                penalty = self._penalty.assign(
-                    losses.adapted_penalty(self._penalty, kl, config.kl_target))
-            with tf.control_dependencies([penalty]):
-                cleared = [self._memory.clear(), self._memory_index.assign(0)]
-
+            result = self._update()
+            mask = result.pop("mask")
+            advantage = result.pop("advantage")
+            action = result.pop("action")
             with tf.summary.record_if(self._should_log), tf.name_scope("ppo/"):
-                summaries = [
-                    tf.summary.scalar("kl", kl),
-                    tf.summary.scalar("kl_penalty", penalty),
-                    tf.summary.scalar("entropy", entropy),
-                    tf.summary.scalar(
-                        "mean_return", advantage_lib.masked_mean(target, mask)),
+                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
+                summaries += [
                     tf.summary.histogram("advantage", tf.boolean_mask(advantage, mask > 0)),
                     tf.summary.histogram("action", tf.cast(
-                        tf.boolean_mask(episodes["action"], mask > 0), tf.float32)),
+                        tf.boolean_mask(action, mask > 0), tf.float32)),
                 ]
-                summaries += [tf.summary.scalar(name, value) for name, value in metrics.items()]
                 self._observ_filter.summary()
                 self._reward_filter.summary()
-            return _after(cleared + summaries, True)
+            return _after(summaries, True)
+
+    def _update_step(self):
+        """The update itself (see the class docstring), free of summaries so that XLA can
+        compile it; empties the memory.
+
+        Returns:
+          dict of float32 scalars for the summaries (`kl`, `kl_penalty`, `entropy`,
+          `mean_return`, the losses and gradient norms of `_optimize`), and the tensors
+          `mask`, `advantage` and `action` of the memory, `[update_every, memory_length,
+          ...]`, for the histograms.
+        """
+        config = self._config
+        episodes, length = self._memory.data()
+        mask = advantage_lib.sequence_mask(length, self._memory_length)
+        observ = episodes["observ"]
+        reward = self._reward_filter.transform(episodes["reward"]) * mask
+        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
+        value = self._networks.value(observ)
+        bootstrap = self._networks.value(self._memory_final[:, None])[:, 0] * not_terminal
+        advantage, target = advantage_lib.generalized_advantage(
+            reward, value, bootstrap, length, config.discount, config.gae_lambda)
+        mean = advantage_lib.masked_mean(advantage, mask)
+        std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
+        behaviour_params = {key: episodes["policy_" + key] for key in self._param_shapes}
+        behaviour = self._distribution(behaviour_params)
+        if config.kl_reference == "update_start":
+            # The paper's pi_old: the policy before this update, on the same observations.
+            reference_params = self._replay(observ)
+        else:
+            reference_params = behaviour_params
+        state = episodes["state"] if self._recurrent else tf.zeros(
+            [config.update_every, self._memory_length, 0])
+        steps = dict(
+            observ=observ, action=episodes["action"], state=state,
+            mask=mask, target=target, advantage=(advantage - mean) / (std + 1e-8) * mask,
+            old_log_prob=behaviour.log_prob(episodes["action"]),
+            **{"reference_" + key: value for key, value in reference_params.items()})
+        metrics = self._optimize(self._chunks(steps))
+
+        with tf.control_dependencies(tf.nest.flatten(metrics)):
+            new = self._distribution(self._replay(observ))
+            reference = self._distribution(reference_params)
+            kl = advantage_lib.masked_mean(reference.kl(new), mask)
+            entropy = advantage_lib.masked_mean(new.entropy(), mask)
+            penalty = self._penalty.assign(
+                losses.adapted_penalty(self._penalty, kl, config.kl_target))
+        with tf.control_dependencies([penalty]):
+            cleared = [self._memory.clear(), self._memory_index.assign(0)]
+        with tf.control_dependencies(cleared):
+            return dict(
+                metrics, kl=tf.identity(kl), kl_penalty=tf.identity(penalty),
+                entropy=entropy, mean_return=advantage_lib.masked_mean(target, mask),
+                mask=mask, advantage=advantage, action=episodes["action"])
+
+    def _replay(self, observ):
+        """The current policy's parameters on whole episodes of the memory, replayed from
+        the zero state; dict of `[update_every, memory_length, ...]`."""
+        params, _ = self._networks.policy(
+            observ, tf.zeros([self._config.update_every, self._state_size]))
+        return params
 
     def _chunks(self, steps):
         """Cuts `[episodes, memory_length, ...]` tensors into `[chunks, chunk_length, ...]`."""
@@ -327,28 +366,41 @@ class PPO:
     def _optimize(self, chunks):
         """`update_epochs` epochs of minibatch Adam steps on the value and the policy.
 
+        Each epoch visits the valid chunks (those with at least one valid step) in a new
+        random order, in minibatches of `batch_size` chunks (all of them when None); the
+        last minibatch of an epoch may hold fewer. Shapes stay static (the minibatch is
+        padded with masked-out rows), so that XLA can compile the loop.
+
         Returns:
           dict of float32 scalars for the summaries: the losses of the last minibatch and
           the mean gradient norms.
         """
         config = self._config
-        valid = tf.where(tf.reduce_sum(chunks["mask"], 1) > 0)[:, 0]
-        count = tf.size(valid)
-        batch = tf.minimum(config.batch_size, count) if config.batch_size else count
+        capacity = config.update_every * (self._memory_length // self._chunk_length)
+        batch = min(config.batch_size or capacity, capacity)
+        valid = tf.reduce_sum(chunks["mask"], 1) > 0
+        count = tf.reduce_sum(tf.cast(valid, tf.int32))
         batches = (count + batch - 1) // batch
         total = config.update_epochs * batches
+        slots = tf.range(batch)
         metrics = {name: tf.constant(0.0) for name in (
             "value_loss", "policy_loss", "surrogate", "kl_cutoff_count",
             "value_gradient_norm", "policy_gradient_norm")}
 
+        def shuffle():
+            # Valid chunks first, in random order; `batch` spare rows so that the last
+            # minibatch's slice stays inside.
+            keys = tf.where(valid, self._random.uniform([capacity]), 2.0)
+            return tf.concat([tf.argsort(keys), tf.zeros([batch], tf.int32)], 0)
+
         def body(index, order, metrics):
             position = index % batches
-            order = tf.cond(
-                tf.equal(position, 0),
-                lambda: tf.gather(valid, tf.argsort(self._random.uniform([count]))),
-                lambda: order)
-            rows = order[position * batch:(position + 1) * batch]
+            order = tf.cond(tf.equal(position, 0), shuffle, lambda: order)
+            start = position * batch
+            rows = tf.gather(order, start + slots)
             minibatch = {key: tf.gather(value, rows) for key, value in chunks.items()}
+            in_range = tf.cast(start + slots < count, tf.float32)
+            minibatch["mask"] = minibatch["mask"] * in_range[:, None]
             value_loss, value_norm = self._value_step(minibatch)
             with tf.control_dependencies([value_loss]):
                 policy, policy_norm = self._policy_step(minibatch)
@@ -363,9 +415,7 @@ class PPO:
 
         _, _, metrics = tf.while_loop(
             lambda index, *_: index < total, body,
-            (tf.constant(0), tf.zeros([0], tf.int64), metrics),
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]),
-                              {name: tf.TensorShape([]) for name in metrics}))
+            (tf.constant(0), tf.zeros([capacity + batch], tf.int32), metrics))
         steps = tf.cast(tf.maximum(total, 1), tf.float32)
         metrics["value_gradient_norm"] /= steps
         metrics["policy_gradient_norm"] /= steps
@@ -391,14 +441,14 @@ class PPO:
 
     def _policy_step(self, minibatch):
         config = self._config
-        old = self._distribution(
-            {key: minibatch["policy_" + key] for key in self._param_shapes})
+        reference = self._distribution(
+            {key: minibatch["reference_" + key] for key in self._param_shapes})
         with tf.name_scope("policy"), tf.GradientTape() as tape:
             params, _ = self._networks.policy(minibatch["observ"], minibatch["state"][:, 0])
             new = self._distribution(params)
             result = losses.policy_loss(
                 new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
-                minibatch["advantage"], old.kl(new), minibatch["mask"], self._penalty,
+                minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
                 config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef)
         return result, self._apply(
             tape, result["loss"], self._networks.policy, self._policy_optimizer)

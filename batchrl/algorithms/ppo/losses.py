@@ -24,7 +24,8 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
       log_prob: float32 `[rows, time]`, log pi(a_t | s_t) under the current policy.
       old_log_prob: float32 `[rows, time]`, the same under the policy that acted.
       advantage: float32 `[rows, time]`, normalized advantages.
-      kl: float32 `[rows, time]`, KL(old policy || current policy) at each step.
+      kl: float32 `[rows, time]`, KL(reference policy || current policy) at each step
+        (the reference: the policy that acted or the one before the update).
       mask: float32 `[rows, time]`, 1 for valid steps.
       penalty: float32 scalar, the KL penalty coefficient beta.
       kl_target, kl_cutoff_factor, kl_cutoff_coef: floats.
