@@ -1,0 +1,321 @@
+"""scripts/tune.py: search spaces, validation, reports, resume, and short studies (with a
+stand-in for the training command, and one real one)."""
+
+import argparse
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from batchrl.scripts import configs
+
+SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import tune  # noqa: E402
+
+# Prints the training command's eval lines; trial N scores -100 N + step / 1000 + seed, so
+# later trials are worse. SIGTERM leaves a `terminated` file; FAKE_EXIT=CODE fails at once.
+FAKE_TRAINER = '''
+import os, pathlib, re, signal, sys, time
+args = sys.argv[1:]
+logdir = pathlib.Path(next(a.split("=", 1)[1] for a in args if a.startswith("--logdir=")))
+sets = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set")
+trial = int(re.search(r"trial-(\\d+)", str(logdir))[1])
+(logdir / "pid").write_text(str(os.getpid()))
+(logdir / "sets").write_text(repr(sets))
+
+def stop(signum, frame):
+    (logdir / "terminated").write_text(str(signum))
+    sys.exit(128 + signum)
+
+signal.signal(signal.SIGTERM, stop)
+if os.environ.get("FAKE_EXIT"):
+    print("error: config key 'network' is bad", flush=True)
+    sys.exit(int(os.environ["FAKE_EXIT"]))
+steps, every = int(sets["steps"]), int(sets["eval_every"])
+for step in range(every, steps + 1, every):
+    time.sleep(float(os.environ.get("FAKE_SLEEP", "0.02")))
+    score = -100.0 * trial + step / 1000 + int(sets["seed"])
+    print(f"step {step:>10,}  train score {score:9.1f} (5 episodes, 100 steps/s)  "
+          f"eval score {score:9.1f} (2 episodes, 90 steps/s)", flush=True)
+'''
+
+
+@pytest.fixture
+def fake(tmp_path):
+    path = tmp_path / "fake_train.py"
+    path.write_text(FAKE_TRAINER)
+    return f"{sys.executable} {path}"
+
+
+def _fake_args(output, fake, *extra, trials=3, seeds=("0", "1")):
+    return ["--config=pendulum", "--search", "policy_lr=log:1e-5:1e-3",
+            "--search", "policy_layers=cat:[64,64],[32]", "--trials", str(trials),
+            "--seeds", *seeds, "--steps", "4000", "--set", "eval_every=1000",
+            "--output", str(output), "--trainer", fake, *extra]
+
+
+def _states(storage, name="pendulum"):
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{storage}")
+    return [trial.state for trial in study.trials]
+
+
+@pytest.mark.parametrize("spec, kind, low, high, step, choices", [
+    ("float:0.9:0.99", "float", 0.9, 0.99, None, ()),
+    ("float:0:1:0.25", "float", 0.0, 1.0, 0.25, ()),
+    ("log:1e-5:1e-3", "log", 1e-5, 1e-3, None, ()),
+    ("int:5:30", "int", 5, 30, None, ()),
+    ("int:4:64:4", "int", 4, 64, 4, ()),
+    ("cat:4,8,16", "cat", None, None, None, (4, 8, 16)),
+    ("cat:null,50", "cat", None, None, None, (None, 50)),
+    ("cat:[64,64],[200,100]", "cat", None, None, None, ([64, 64], [200, 100])),
+    ("cat:batchrl.envs:Pendulum, 'a,b', true", "cat", None, None, None,
+     ("batchrl.envs:Pendulum", "a,b", True)),
+])
+def test_every_space_kind_parses(spec, kind, low, high, step, choices):
+    param = tune.parse_spec("key", spec)
+    assert (param.kind, param.low, param.high, param.step) == (kind, low, high, step)
+    assert param.choices == choices
+    assert tune.parse_spec("key", param.describe()) == param  # The canonical form parses.
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("uniform:1:2", "unknown kind 'uniform'"),
+    ("log:0:1e-3", "needs LOW <= HIGH, LOW > 0"),
+    ("log:1e-5:1e-3:2", "expected log:LOW:HIGH"),
+    ("float:2:1", "needs LOW <= HIGH"),
+    ("float:1", "expected float:LOW:HIGH[:STEP]"),
+    ("float:a:1", "'a' is not a finite number"),
+    ("int:1.5:3", "'1.5' is not an integer"),
+    ("int:1:3:0", "STEP > 0"),
+    ("cat:", "cat needs at least one value"),
+    ("cat:[1,", "not a YAML flow list"),
+])
+def test_bad_specs_name_the_culprit(spec, message):
+    with pytest.raises(configs.ConfigError, match=r"^--search update_epochs=") as error:
+        tune.parse_spec("update_epochs", spec)
+    assert message in str(error.value)
+
+
+def test_space_file_and_search_pairs(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("policy_lr: log:1e-5:1e-3\npolicy_layers: [[64, 64], [32]]\n")
+    params = tune.parse_search(["discount=float:0.9:0.99"], space)
+    assert [(p.key, p.kind) for p in params] == [
+        ("policy_lr", "log"), ("policy_layers", "cat"), ("discount", "float")]
+    assert params[1].choices == ([64, 64], [32])
+    with pytest.raises(configs.ConfigError, match="given twice"):
+        tune.parse_search(["policy_lr=log:1e-4:1e-3"], space)
+    with pytest.raises(configs.ConfigError, match="expects KEY=KIND"):
+        tune.parse_search(["policy_lr"])
+    space.write_text("policy_lr: log:1e-5\n")
+    with pytest.raises(configs.ConfigError, match=r"--space .*space.yaml: policy_lr: "):
+        tune.parse_search([], space)
+
+
+@pytest.mark.parametrize("search, sets, message", [
+    (["policy_lrr=log:1e-5:1e-3"], {}, "--search policy_lrr=log:1e-05:0.001: unknown config "
+                                       "key 'policy_lrr' (did you mean policy_lr"),
+    (["discount=float:0.5:1.5"], {}, "'discount' must be between 0 and 1, got 1.5"),
+    (["update_epochs=float:1:4"], {}, "'update_epochs' must be an integer, got 1.0"),
+    (["batch_size=cat:4,x"], {}, "'batch_size' must be an integer, got 'x'"),
+    (["policy_layers=cat:[64,64],[0]"], {}, "'policy_layers' must be a list of positive"),
+    (["policy_lr=log:1e-5:1e-3"], {"num_agnts": 3}, "unknown config key 'num_agnts' in --set"),
+    (["policy_lr=log:1e-5:1e-3"], {"discount": 2}, "'discount' must be between 0 and 1"),
+    (["seed=int:0:3"], {}, "'seed': give it with --seeds"),
+    (["policy_lr=log:1e-5:1e-3"], {"seed": 1}, "'seed': give it with --seeds"),
+    (["steps=int:1:3"], {}, "'steps': give it with --steps"),
+    (["policy_lr=log:1e-5:1e-3"], {"policy_lr": 1e-4}, "both searched and --set"),
+])
+def test_validation_against_the_config_system(search, sets, message):
+    with pytest.raises(configs.ConfigError) as error:
+        tune.validate("pendulum", sets, tune.parse_search(search))
+    assert message in str(error.value)
+
+
+def test_validation_returns_the_base_config():
+    base = tune.validate("cartpole", {"steps": 5000}, tune.parse_search(["discount=cat:0.9"]))
+    assert base.steps == 5000 and base.env == "CartPole-v1"
+
+
+def test_a_bad_spec_ends_with_one_error_line_and_exit_code_2(tmp_path, capsys):
+    code = tune.main(["--config=pendulum", "--search", "discount=float:0.5:1.5",
+                      "--output", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and error.startswith("error: --search discount")
+    assert not (tmp_path / "out").exists()  # Nothing started.
+    assert tune.main(["--config=pendulm", "--search", "discount=float:0.9:0.99"]) == 2
+    assert "unknown config 'pendulm'" in capsys.readouterr().err
+    assert tune.main(["--search", "discount=float:0.9:0.99", "--jobs", "999"]) == 2
+
+
+def test_seed_objectives():
+    series = [(1000, -300.0), (2000, -200.0), (3000, -250.0)]
+    assert tune.seed_objective(series, "mean") == -250.0
+    assert tune.seed_objective(series, "final") == -250.0
+    assert tune.seed_objective(series, "best") == -200.0
+    assert tune.seed_objective(series, threshold=-210, steps=3000) == -2000.0
+    assert tune.seed_objective(series, threshold=-100, steps=3000) == -6000.0  # Not reached.
+
+
+def _study_with_trials():
+    study = optuna.create_study(direction="maximize", study_name="table")
+    attrs = {"overrides": {"policy_lr": 1e-4, "policy_layers": [64, 64]},
+             "seed_values": {"0": -300.0, "1": -200.0}, "last_step": 4000}
+    distributions = {"policy_lr": optuna.distributions.FloatDistribution(1e-5, 1e-3, log=True)}
+    study.add_trial(optuna.trial.create_trial(
+        value=-250.0, params={"policy_lr": 1e-4}, distributions=distributions, user_attrs=attrs))
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.PRUNED, params={"policy_lr": 1e-5}, distributions=distributions,
+        user_attrs={**attrs, "overrides": {"policy_lr": 1e-5, "policy_layers": [32]},
+                    "last_step": 1000}, intermediate_values={1000: -900.0}))
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.FAIL, params={"policy_lr": 3e-4}, distributions=distributions))
+    return study
+
+
+def test_trials_table():
+    lines = tune.trials_table(_study_with_trials()).splitlines()
+    assert lines[0].startswith("| trial | state | params | objective | per seed |")
+    assert lines[2].startswith("| 0 | complete | policy_lr=0.0001, policy_layers=[64, 64] | "
+                               "-250 | seed 0: -300, seed 1: -200 | 4,000 |")
+    assert lines[3].startswith("| 1 | pruned | policy_lr=1e-05, policy_layers=[32] | — |")
+    assert "| 1,000 |" in lines[3]
+    assert lines[4].startswith("| 2 | fail | policy_lr=0.0003 | — | — | — |")
+
+
+def test_best_yaml_round_trips_through_configs_load(tmp_path):
+    args = argparse.Namespace(config="pendulum", objective="mean", threshold=None, seeds=[0, 1])
+    path = tmp_path / "best.yaml"
+    best = tune.write_best(_study_with_trials(), args, {"steps": 40000, "eval_every": 10000},
+                           path)
+    assert best.number == 0
+    text = path.read_text()
+    assert text.startswith("# Study 'table' (scripts/tune.py), best trial 0: objective mean -250")
+    loaded = configs.load(str(path))
+    named = configs.load("pendulum")
+    assert loaded.policy_lr == 1e-4 and loaded.policy_layers == [64, 64]
+    assert loaded.steps == 40000 and loaded.eval_every == 10000
+    assert loaded.env_processes is False and loaded.discount == named.discount
+    assert dict(loaded, policy_lr=named.policy_lr, policy_layers=named.policy_layers,
+                steps=named.steps, eval_every=named.eval_every) == named
+    assert "seed:" not in text and "value_layers" not in text  # Only the keys that matter.
+    empty = optuna.create_study(direction="maximize")
+    assert tune.write_best(empty, args, {}, tmp_path / "none.yaml") is None
+    assert not (tmp_path / "none.yaml").exists()
+
+
+def test_resume_marks_stale_running_trials_failed(tmp_path, fake):
+    storage, wanted = tmp_path / "out" / "study.db", {"config": "pendulum"}
+    study, stale = tune.open_study(storage, "pendulum", wanted)
+    assert stale == []
+    study.ask()  # RUNNING, as a killed session leaves it.
+    study.tell(study.ask(), 1.0)
+    study, stale = tune.open_study(storage, "pendulum", wanted)
+    assert stale == [0] and [t.state for t in study.trials] == [TrialState.FAIL,
+                                                                TrialState.COMPLETE]
+    with pytest.raises(configs.ConfigError, match="has other settings"):
+        tune.open_study(storage, "pendulum", {"config": "cartpole"})
+
+
+def test_fake_study_prunes_resumes_and_writes_reports(tmp_path, fake, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "0.25")  # Pruned runs are still running when pruned.
+    output = tmp_path / "out"
+    args = _fake_args(output, fake, "--startup-trials", "1", "--warmup", "0")
+    assert tune.main(args) == 0
+    out = capsys.readouterr().out
+    assert "[trial 0] start: policy_lr=" in out and "[trial 0] step 1,000 mean eval 1.5" in out
+    assert "[trial 1] pruned at step 1,000" in out
+    assert _states(output / "study.db") == [TrialState.COMPLETE, TrialState.PRUNED,
+                                            TrialState.PRUNED]
+    pruned = output / "trial-1" / "seed-0"
+    assert (pruned / "terminated").read_text() == str(int(signal.SIGTERM))
+    with pytest.raises(ProcessLookupError):  # Nothing left running.
+        os.kill(int((pruned / "pid").read_text()), 0)
+    sets = eval((output / "trial-0" / "seed-1" / "sets").read_text())
+    assert sets["seed"] == "1" and sets["steps"] == "4000" and "policy_lr" in sets
+    assert "step      1,000" in (output / "trial-0" / "seed-0" / "train.log").read_text()
+    table = (output / "trials.md").read_text()
+    assert "| 0 | complete |" in table and "| 2 | pruned |" in table
+    best = configs.load(str(output / "best.yaml"))
+    assert best.steps == 4000 and best.policy_layers in ([64, 64], [32])
+    # The same command with more trials continues the study.
+    assert tune.main(_fake_args(output, fake, "--startup-trials", "1", "--warmup", "0",
+                                trials=4)) == 0
+    assert "3 of 4 trials done" in capsys.readouterr().out
+    assert len(_states(output / "study.db")) == 4
+
+
+def test_a_config_error_of_the_training_command_stops_the_study(tmp_path, fake, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setenv("FAKE_EXIT", "2")
+    assert tune.main(_fake_args(tmp_path / "out", fake)) == 2
+    error = capsys.readouterr().err  # Either seed's process may end first.
+    assert re.search(r"error: seed [01] exited with code 2: error: config key 'network' is bad",
+                     error)
+    assert _states(tmp_path / "out" / "study.db") == [TrialState.FAIL]
+
+
+def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake):
+    output = tmp_path / "out"
+    command = [sys.executable, str(SCRIPTS / "tune.py"),
+               *_fake_args(output, fake, "--jobs", "2", trials=2, seeds=["0"])]
+    env = dict(os.environ, FAKE_SLEEP="2")  # A run would take 8 s.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    for line in process.stdout:  # Wait until the trials train.
+        if "seed 0 step 1,000" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Run the same command again to resume" in err
+    assert set(_states(output / "study.db")) == {TrialState.FAIL}
+    for run in output.glob("trial-*/seed-0"):
+        assert (run / "terminated").exists()
+        with pytest.raises(ProcessLookupError):
+            os.kill(int((run / "pid").read_text()), 0)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, FAKE_SLEEP="0"))
+    assert result.returncode == 0, result.stderr
+    assert "0 of 2 trials done" in result.stdout
+    states = _states(output / "study.db")
+    assert states.count(TrialState.FAIL) == 2 and states.count(TrialState.COMPLETE) == 2
+
+
+def test_tiny_real_study(tmp_path):
+    output = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "tune.py"), "--config=cartpole",
+         "--search", "policy_lr=log:1e-4:1e-3", "--search", "update_epochs=int:1:2",
+         "--trials", "2", "--jobs", "2", "--seeds", "0", "--steps", "1000", "--output", str(output),
+         "--set", "eval_every=500", "--set", "eval_episodes=2", "--set", "num_agents=4",
+         "--set", "update_every=4", "--set", "log_every=500", "--set", "max_length=50",
+         "--set", "policy_layers=[16]", "--set", "value_layers=[16]"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[trial 0] seed 0 step 1,000 eval" in result.stdout
+    states = _states(output / "study.db", "cartpole")
+    assert len(states) == 2 and set(states) <= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert "| 0 | complete |" in (output / "trials.md").read_text()
+    best = configs.load(str(output / "best.yaml"))
+    assert best.env == "CartPole-v1" and best.steps == 1000 and best.policy_layers == [16]
+    assert 1e-4 <= best.policy_lr <= 1e-3 and best.update_epochs in (1, 2)
+    assert (output / "trial-1" / "seed-0" / "ckpt-1000.index").exists()
+
+
+def test_pruners():
+    median = tune.make_pruner("median", 40000, 10000)
+    assert isinstance(median, optuna.pruners.MedianPruner)
+    assert median._n_warmup_steps == 10001 and median._n_startup_trials == 5  # Past 1/4.
+    assert tune.make_pruner("median", 40000, 10000, warmup=0)._n_warmup_steps == 0
+    assert isinstance(tune.make_pruner("hyperband", 40000, 10000),
+                      optuna.pruners.HyperbandPruner)
+    assert isinstance(tune.make_pruner("none", 40000, 10000), optuna.pruners.NopPruner)
