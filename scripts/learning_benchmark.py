@@ -16,13 +16,17 @@ per config next to it (docs/CONFIG.png, made with scripts/plot.py). Give trial r
 own LOGDIR and OUTPUT.
 
 Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
-the training steps and the wall-clock minutes at the first eval score >= the config's
-threshold (`--threshold CONFIG=VALUE`; built in: pendulum -250; otherwise the Gymnasium
-`reward_threshold` of the config's environment, e.g. 475 for CartPole-v1); the run's total
-wall-clock hours; and the training steps/s that the training command printed (train
-phases including the PPO updates, averaged over resumed processes). Wall-clock time counts
-from the creation of the run's event files, without the pauses between resumed processes
-(see scripts/plot.py).
+at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
+pendulum and pendulum_native -200, cartpole 500; otherwise the Gymnasium
+`reward_threshold` of the config's environment), the training steps, the training
+wall-clock seconds (the eval's `time/training_seconds`: from the start of training, graph
+tracing, updates, evaluations and checkpoints included) and the seconds from the launch of
+the training command (Python's and TensorFlow's start-up included); the run's total
+wall-clock hours and hours per 1M steps (from the creation of the run's event files,
+without the pauses between resumed processes, see scripts/plot.py); and the training
+steps/s that the training command printed (train phases including the PPO updates,
+averaged over resumed processes). Configs with a target (TARGETS: the issue's time
+targets, published tuned PPO returns at 1M steps) get a line saying whether it is met.
 """
 
 import argparse
@@ -33,14 +37,29 @@ import platform
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import plot
 
 from batchrl.scripts import configs
+from batchrl.scripts.events import read_scalars
 
-DEFAULT_THRESHOLDS = {"pendulum": -250.0}
+DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0}
 LOG_NAME = "train.log"
+# What each config should reach (issue "Learn fast"; published tuned PPO results at 1M
+# steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
+# (and `worst_seconds` and `command_seconds` on every seed).
+TARGETS = {
+    "pendulum": dict(median_seconds=10, worst_seconds=15, max_steps=40_000,
+                     command_seconds=30),
+    "pendulum_native": dict(median_seconds=4),
+    "cartpole": dict(median_seconds=30),
+    "cheetah": dict(final_return=5819),
+    "hopper": dict(final_return=2410),
+    "walker": dict(final_return=3479),
+    "ant": dict(final_return=1327),
+}
 
 
 def run_dir(logdir, config, seed):
@@ -78,6 +97,13 @@ def checkpoint_step(path):
     return int(match.group(1)) if match else 0
 
 
+def launch_times(log_text):
+    """The epoch seconds at which each training process of a run was launched, from the
+    `# launched at SECONDS` lines that `train_run` writes into train.log."""
+    return [float(value) for value in re.findall(r"^# launched at ([\d.]+)", log_text,
+                                                 re.MULTILINE)]
+
+
 def train_speed(log_text):
     """Training steps/s over the `Trained N steps at R steps/s` lines of a run's log (one
     per training process): total steps over total seconds; None without such a line."""
@@ -96,29 +122,53 @@ def summarize(run, threshold=None):
     Returns:
       dict with `seed`, `final_step` (the last step of the checkpoint or the events),
       `target_steps` (the config's `steps`, or None), `final_return`, `best_return` (None
-      without eval scores), `steps_to_threshold`, `minutes_to_threshold` (None when not
-      reached or without threshold), `total_hours` and `steps_per_second` (None without
-      train.log).
+      without eval scores), `steps_to_threshold`, `seconds_to_threshold` (training
+      wall-clock: the eval's `time/training_seconds`, or for runs without it the active
+      seconds since the event files were created) and `command_seconds` (from the launch
+      of the training process to that eval, None without its launch time in train.log),
+      each None when not reached or without threshold, `total_hours`, `hours_per_million`
+      (total hours per 1M steps) and `steps_per_second` (None without train.log).
     """
     scores = run.series.get("eval")
     row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
            "final_step": None, "final_return": None, "best_return": None,
-           "steps_to_threshold": None, "minutes_to_threshold": None,
-           "total_hours": run.total_seconds / 3600, "steps_per_second": None}
+           "steps_to_threshold": None, "seconds_to_threshold": None,
+           "command_seconds": None, "total_hours": run.total_seconds / 3600,
+           "hours_per_million": None, "steps_per_second": None}
+    log = run.path / LOG_NAME
+    log_text = log.read_text(errors="replace") if log.exists() else ""
     if scores is not None:
         row.update(final_step=int(scores.steps[-1]), final_return=float(scores.values[-1]),
                    best_return=float(scores.values.max()))
         if threshold is not None:
             reached = np.flatnonzero(scores.values >= threshold)
             if len(reached):
-                row.update(steps_to_threshold=int(scores.steps[reached[0]]),
-                           minutes_to_threshold=float(scores.seconds[reached[0]]) / 60)
+                step = int(scores.steps[reached[0]])
+                row.update(steps_to_threshold=step,
+                           seconds_to_threshold=float(scores.seconds[reached[0]]))
+                row.update(_times_at(run.path, step, launch_times(log_text)))
     last_steps = [int(series.steps[-1]) for series in run.series.values()]
     row["final_step"] = max([checkpoint_step(run.path), *last_steps]) or None
-    log = run.path / LOG_NAME
-    if log.exists():
-        row["steps_per_second"] = train_speed(log.read_text(errors="replace"))
+    if row["final_step"]:
+        row["hours_per_million"] = row["total_hours"] / row["final_step"] * 1e6
+    if log_text:
+        row["steps_per_second"] = train_speed(log_text)
     return row
+
+
+def _times_at(path, step, launches):
+    """`seconds_to_threshold` and `command_seconds` of the eval at `step`, where the
+    run's event files have them (`time/training_seconds`; the process's launch)."""
+    times = {}
+    training = [s for s in read_scalars(path / "eval", "time/training_seconds")
+                if s.step == step]
+    if training:
+        times["seconds_to_threshold"] = training[-1].value
+    scores = [s for s in read_scalars(path / "eval", "mean_score") if s.step == step]
+    earlier = [launch for launch in launches if scores and launch <= scores[-1].wall_time]
+    if earlier:
+        times["command_seconds"] = scores[-1].wall_time - max(earlier)
+    return times
 
 
 def _median(values):
@@ -131,9 +181,9 @@ def median_row(rows):
     so the median is "not reached" when at most half of the seeds reached it."""
     median = {"seed": "median"}
     for key in ("final_step", "final_return", "best_return", "total_hours",
-                "steps_per_second"):
+                "hours_per_million", "steps_per_second"):
         median[key] = _median([row[key] for row in rows])
-    for key in ("steps_to_threshold", "minutes_to_threshold"):
+    for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
         values = [np.inf if row[key] is None else row[key] for row in rows
                   if row["final_return"] is not None]
         value = float(np.median(values)) if values else None
@@ -152,8 +202,9 @@ def table(rows, threshold):
     """A Markdown table of `summarize` rows followed by their median row."""
     reached = "not reached" if threshold is not None else "—"
     lines = ["| seed | final step | final eval return | best eval return | steps to ≥ threshold "
-             "| minutes to ≥ threshold | total hours | train steps/s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| training s to ≥ threshold | s from the command to ≥ threshold | total hours "
+             "| hours per 1M steps | train steps/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in [*rows, median_row(rows)] if len(rows) > 1 else rows:
         final_step = _number(row["final_step"], thousands=True)
         if row["target_steps"] and (row["final_step"] or 0) < row["target_steps"]:
@@ -163,10 +214,47 @@ def table(rows, threshold):
             f"| {seed} | {final_step} | {_number(row['final_return'])} | "
             f"{_number(row['best_return'])} | "
             f"{_number(row['steps_to_threshold'], thousands=True, missing=reached)} | "
-            f"{_number(row['minutes_to_threshold'], missing=reached)} | "
+            f"{_number(row['seconds_to_threshold'], missing=reached)} | "
+            f"{_number(row['command_seconds'], missing=reached)} | "
             f"{_number(row['total_hours'], digits=3)} | "
+            f"{_number(row['hours_per_million'], digits=2)} | "
             f"{_number(row['steps_per_second'], thousands=True)} |")
     return "\n".join(lines) + "\n"
+
+
+def _all_within(rows, key, bound):
+    values = [row[key] for row in rows]
+    return all(value is not None and value <= bound for value in values)
+
+
+def target_text(config, rows):
+    """A line stating the config's target (`TARGETS`) and whether `rows` meet it; None
+    for a config without a target."""
+    target = TARGETS.get(config)
+    if not target:
+        return None
+    median = median_row(rows) if len(rows) > 1 else rows[0]
+    checks = []
+    if "median_seconds" in target:
+        value = median["seconds_to_threshold"]
+        checks.append((f"≤ {target['median_seconds']} s of training to the threshold "
+                       f"(median seed)", value is not None
+                       and value <= target["median_seconds"]))
+    if "worst_seconds" in target:
+        checks.append((f"≤ {target['worst_seconds']} s (every seed)",
+                       _all_within(rows, "seconds_to_threshold", target["worst_seconds"])))
+    if "max_steps" in target:
+        checks.append((f"within ≤ {target['max_steps']:,} steps (every seed)",
+                       _all_within(rows, "steps_to_threshold", target["max_steps"])))
+    if "command_seconds" in target:
+        checks.append((f"≤ {target['command_seconds']} s from the command (every seed)",
+                       _all_within(rows, "command_seconds", target["command_seconds"])))
+    if "final_return" in target:
+        value = median["final_return"]
+        checks.append((f"final eval return ≥ {target['final_return']:,} (median seed)",
+                       value is not None and value >= target["final_return"]))
+    parts = "; ".join(f"{text}: {'met' if ok else '**not met**'}" for text, ok in checks)
+    return f"Target: {parts}."
 
 
 def env_threshold(env_id):
@@ -212,12 +300,14 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         f"Python {platform.python_version()}).", "",
         "Eval return: the eval `mean_score`, the mean undiscounted return of the mean-action "
         "policy over `eval_episodes` episodes, after every `eval_every` training steps. Steps "
-        "are training environment steps of all agents. Minutes and hours are wall-clock time "
-        "from the creation of the run's event files (TensorFlow import and environment "
-        "start-up excluded, graph tracing, updates and evaluations included; pauses between "
-        "resumed processes left out). Train steps/s: the training command's own figure "
-        "(train phases with updates, without evaluation). The plots show the median and the "
-        "25th–75th percentiles over seeds, and each seed as a thin line.", ""]
+        "are training environment steps of all agents. Training seconds: wall-clock time "
+        "from the start of training (graph tracing, updates, evaluations and checkpoints "
+        "included); seconds from the command: from the launch of the training process "
+        "(Python's and TensorFlow's start-up included). Hours are wall-clock time from the "
+        "creation of the run's event files (pauses between resumed processes left out). "
+        "Train steps/s: the training command's own figure (train phases with updates, "
+        "without evaluation). The plots show the median and the 25th–75th percentiles over "
+        "seeds, and each seed as a thin line.", ""]
     for config, seeds in runs.items():
         read = [plot.read_run(path, tag) for path in seeds.values()]
         env = read[0].config.get("env", "?")
@@ -246,8 +336,11 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         lines += [
             f"## {config} ({env})", "",
             f"{len(seeds)} seed(s) in `{pathlib.Path(next(iter(seeds.values()))).parent}`; "
-            f"{threshold_text}; {settings}.", "",
-            table(rows, threshold), picture, ""]
+            f"{threshold_text}; {settings}.", ""]
+        target = target_text(config, rows)
+        if target:
+            lines += [target, ""]
+        lines += [table(rows, threshold), picture, ""]
     if not runs:
         lines += ["No runs found.", ""]
     text = "\n".join(lines)
@@ -268,7 +361,7 @@ def train_run(config, seed, path, sets):
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     with open(path / LOG_NAME, "a") as log:
         started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        log.write(f"# {started}\n$ {' '.join(command)}\n")
+        log.write(f"# {started}\n# launched at {time.time():.3f}\n$ {' '.join(command)}\n")
         print("$", " ".join(command), flush=True)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env=environ)

@@ -2,6 +2,7 @@
 
 import pathlib
 import sys
+import time
 
 import matplotlib.image
 import numpy as np
@@ -22,7 +23,9 @@ EVAL = {0: [-900.0, -300.0, -200.0], 1: [-800.0, -240.0, -150.0], 2: [-1000.0, -
 TRAIN_STEPS = [10000, 20000, 30000, 40000, 50000, 60000]
 
 
-def _write_run(path, seed, eval_values, train_values, steps=60000):
+def _write_run(path, seed, eval_values, train_values, steps=60000, training_seconds=None):
+    """A run directory with the given scores; `training_seconds`, when given, the eval's
+    `time/training_seconds` (as the Loop writes it) at each eval step."""
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(
         configs.dump({"env": "Fake-v0", "seed": seed, "steps": steps}))
@@ -30,9 +33,12 @@ def _write_run(path, seed, eval_values, train_values, steps=60000):
                                      ("train", TRAIN_STEPS, train_values)):
         writer = tf.summary.create_file_writer(str(path / phase))
         with writer.as_default():
-            for step, value in zip(step_list, values, strict=True):
+            for index, (step, value) in enumerate(zip(step_list, values, strict=True)):
                 tf.summary.scalar("mean_score", value, step=step)
                 tf.summary.scalar("mean_length", 200.0, step=step)
+                if phase == "eval" and training_seconds:
+                    tf.summary.scalar("time/training_seconds", training_seconds[index],
+                                      step=step)
         writer.close()
 
 
@@ -44,10 +50,14 @@ def _train_values(seed):
 def bench(tmp_path_factory):
     """LOGDIR/fake/seed-{0,1,2} in the layout of learning_benchmark.py."""
     logdir = tmp_path_factory.mktemp("bench")
+    launched = time.time() - 3.0  # Seed 0's eval at 60,000 steps: 3 s from the command.
     for seed, values in EVAL.items():
-        _write_run(logdir / "fake" / f"seed-{seed}", seed, values, _train_values(seed))
+        _write_run(logdir / "fake" / f"seed-{seed}", seed, values, _train_values(seed),
+                   training_seconds=[2.5, 7.5, 12.5] if seed == 0 else None)
     (logdir / "fake" / "seed-0" / learning_benchmark.LOG_NAME).write_text(
+        f"# launched at {launched - 100:.3f}\n"
         "Trained 20,000 steps at 1,000 steps/s (including updates).\n"
+        f"# launched at {launched:.3f}\n"
         "Trained 40,000 steps at 2,000 steps/s (including updates).\n")
     return logdir
 
@@ -137,8 +147,10 @@ def test_benchmark_helpers():
         "Trained 20,000 steps at 1,000 steps/s\nTrained 40,000 steps at 2,000 steps/s\n"
     ) == pytest.approx(1500.0)
     assert learning_benchmark.train_speed("no such line") is None
-    assert learning_benchmark.parse_thresholds(["cartpole=475", "pendulum=-200"]) == {
-        "pendulum": -200.0, "cartpole": 475.0}
+    assert learning_benchmark.parse_thresholds(["cartpole=475", "pendulum=-250"]) == {
+        **learning_benchmark.DEFAULT_THRESHOLDS, "pendulum": -250.0, "cartpole": 475.0}
+    assert learning_benchmark.launch_times(
+        "# launched at 12.5\n$ python\n# launched at 20.25\n") == [12.5, 20.25]
     with pytest.raises(ValueError, match="CONFIG=VALUE"):
         learning_benchmark.parse_thresholds(["cartpole"])
     assert learning_benchmark.env_threshold("CartPole-v1") == 475.0
@@ -169,16 +181,23 @@ def test_report_table_holds_the_expected_numbers(bench, tmp_path):
     text = output.read_text()
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in text.splitlines() if line.startswith("| ") and "---" not in line}
-    # final step, final return, best return, steps to threshold, minutes, hours, steps/s
+    # final step, final return, best return, steps to threshold, training seconds,
+    # seconds from the command, hours, hours per 1M steps, steps/s
     assert rows["0"][:4] == ["60,000", "-200.0", "-200.0", "60,000"]
-    assert rows["0"][6] == "1,500"
+    assert rows["0"][8] == "1,500"
     assert rows["1"][:4] == ["60,000", "-150.0", "-150.0", "40,000"]
-    assert rows["2"][:5] == ["60,000", "-260.0", "-260.0", "not reached", "not reached"]
-    assert rows["2"][6] == "—"
+    assert rows["2"][:6] == ["60,000", "-260.0", "-260.0", "not reached", "not reached",
+                             "not reached"]
+    assert rows["2"][8] == "—"
     # Median over seeds; "not reached" counts as infinitely many steps.
     assert rows["**median**"][:4] == ["60,000", "-200.0", "-200.0", "60,000"]
+    # Seed 0 has its training seconds and its launch time; seed 1 neither (older runs):
+    # active seconds since the event files were created, and no time from the command.
+    assert rows["0"][4] == "12.5" and 3.0 <= float(rows["0"][5]) < 10.0
+    assert 0 <= float(rows["1"][4]) < 60 and rows["1"][5] == "not reached"
     for seed in ("0", "1"):
-        assert 0 <= float(rows[seed][4]) < 1 and 0 <= float(rows[seed][5]) < 0.1
+        assert 0 <= float(rows[seed][6]) < 0.1
+        assert float(rows[seed][7]) == pytest.approx(float(rows[seed][6]) / 0.06, rel=0.1)
     assert "## fake (Fake-v0)" in text and "threshold -250" in text
     assert "![fake learning curves](fake.png)" in text
     image = matplotlib.image.imread(output.parent / "fake.png")

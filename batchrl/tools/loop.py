@@ -53,7 +53,11 @@ class Loop:
     - `eval`: `is_training` and `should_log` are false (mean actions, no learning). In
       rounds, every agent starts an episode and the first episode each agent finishes is
       counted, until at least `eval_episodes` episodes are counted; their `mean_score` /
-      `mean_length` go to `LOGDIR/eval` at the current global step. (The Loop writes these
+      `mean_length` go to `LOGDIR/eval` at the current global step, with
+      `time/training_seconds`, the wall-clock seconds from the start of this `run` call to
+      the end of this evaluation (tracing, updates, evaluations and checkpoints included;
+      a resumed run counts from 0 again), to read how fast a run learned in time as well
+      as in steps. (The Loop writes these
       itself: `simulate`'s own summaries would include the later episodes of agents that
       finished early, biasing the mean towards short episodes.) Eval steps are not counted
       in the global step.
@@ -176,6 +180,7 @@ class Loop:
         if not self._restored:
             self.restore()
         results = []
+        started = time.time()
         start = int(self._step.numpy())
         bar = tqdm.tqdm(total=self._steps, initial=min(start, self._steps), unit="step",
                         unit_scale=True, dynamic_ncols=True, mininterval=1.0,
@@ -186,7 +191,7 @@ class Loop:
                 self.save()
                 phases = [train]
                 if self._eval_episodes > 0:
-                    phases.append(self._eval_phase())
+                    phases.append(self._eval_phase(started))
                 for result in phases:
                     results.append(result)
                     if on_phase:
@@ -228,10 +233,11 @@ class Loop:
         return PhaseResult("train", step, step - start_step, time.time() - start_time,
                            scores, lengths)
 
-    def _eval_phase(self):
+    def _eval_phase(self, started):
         """Evaluates in rounds: each round restarts every agent and counts the first episode
         each agent finishes, so that short episodes are not over-represented; rounds repeat
-        until at least `eval_episodes` episodes are counted."""
+        until at least `eval_episodes` episodes are counted. `started`: when `run` began
+        (`time.time()`)."""
         self._is_training.assign(False)
         self._should_log.assign(False)
         function = self._functions["eval"]
@@ -261,6 +267,7 @@ class Loop:
         with writer.as_default(step=int(self._step.numpy())):
             tf.summary.scalar("mean_score", np.mean(scores))
             tf.summary.scalar("mean_length", np.mean(lengths))
+            tf.summary.scalar("time/training_seconds", time.time() - started)
         writer.flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
