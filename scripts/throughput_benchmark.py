@@ -798,9 +798,9 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
       dict with `seed`, `steps` (of the run), `command_seconds` (the whole command),
       `seconds_to_threshold` (from the command's start, TensorFlow's import, tracing and
       evaluations included, to the eval summary that first reached `threshold`),
-      `training_seconds_to_threshold` (the same from the creation of the run's event files,
-      as in docs/results.md), `steps_to_threshold` (None for the three when not reached),
-      `final_return` and `best_return`.
+      `training_seconds_to_threshold` (the same from the start of training, the eval's
+      `time/training_seconds`, as in docs/results.md), `steps_to_threshold` (None for
+      the three when not reached), `final_return` and `best_return`.
 
     Raises:
       RuntimeError: the training command failed (its last output is in the message).
@@ -824,11 +824,10 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     summary = learning_benchmark.summarize(plot.read_run(run_dir), threshold)
     scores = read_scalars(run_dir / "eval", "mean_score")
     reached = [scalar.wall_time for scalar in scores if scalar.value >= threshold]
-    minutes = summary["minutes_to_threshold"]
     return {
         "seed": seed, "steps": steps, "command_seconds": command_seconds,
         "seconds_to_threshold": reached[0] - start if reached else None,
-        "training_seconds_to_threshold": None if minutes is None else minutes * 60,
+        "training_seconds_to_threshold": summary["seconds_to_threshold"],
         "steps_to_threshold": summary["steps_to_threshold"],
         "final_return": summary["final_return"], "best_return": summary["best_return"],
     }

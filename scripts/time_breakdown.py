@@ -49,12 +49,14 @@ BEGIN, END = "<!-- time-breakdown -->", "<!-- /time-breakdown -->"
 
 
 class _TimedFunction:
-    """Wraps a step function: records `(seconds, count, log, updated)` per call."""
+    """Wraps the Loop's step function: records `(seconds, count, log, updated)` per call
+    in `calls["train"]` or `calls["eval"]`, by the `is_training` variable."""
 
-    def __init__(self, function, iterations):
+    def __init__(self, function, iterations, is_training, calls):
         self._function = function
         self._iterations = iterations
-        self.calls = []
+        self._is_training = is_training
+        self.calls = calls
 
     def __call__(self, log, reset, count):
         before = int(self._iterations.numpy())
@@ -62,8 +64,9 @@ class _TimedFunction:
         done, score = self._function(log, reset, count)
         done.numpy()  # Waits for the call to finish.
         seconds = time.perf_counter() - start
-        self.calls.append((seconds, int(count.numpy()), bool(log.numpy()),
-                           int(self._iterations.numpy()) > before))
+        phase = "train" if bool(self._is_training.numpy()) else "eval"
+        self.calls[phase].append((seconds, int(count.numpy()), bool(log.numpy()),
+                                  int(self._iterations.numpy()) > before))
         return done, score
 
     def __getattr__(self, name):
@@ -118,9 +121,7 @@ def worker(config_name, steps, overrides, logdir):
                          eval_episodes=config.eval_episodes, log_every=config.log_every,
                          progress=False, steps_per_call=config.steps_per_call)
     iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations
-    timed = {name: _TimedFunction(function, iterations)
-             for name, function in loop._functions.items()}
-    loop._functions = timed
+    calls = _instrument(loop, iterations, agent.is_training)
     saves = []
     save = loop.save
 
@@ -134,9 +135,9 @@ def worker(config_name, steps, overrides, logdir):
     marks["loop"] = time.time()
     results = loop.run()
     marks["trained"] = time.time()
-    breakdown = _split(marks, timed, saves, results, config)
+    breakdown = _split(marks, calls, saves, results, config)
     breakdown["stepping"] = _stepping_seconds(
-        config, agent.batch_env, config.steps_per_call, timed["train"].calls)
+        config, agent.batch_env, config.steps_per_call, calls["train"])
     breakdown["acting and recording"] -= breakdown["stepping"]
     batch_env.close()
     breakdown["other"] = (marks["trained"] - marks["process"]) - sum(
@@ -146,12 +147,24 @@ def worker(config_name, steps, overrides, logdir):
             "total": marks["trained"] - marks["process"],
             "to_first_step": marks["loop"] - marks["process"],
             "final_eval": final[-1].mean_score if final else None,
-            "updates": sum(updated for *_, updated in timed["train"].calls)}
+            "updates": sum(updated for *_, updated in calls["train"])}
 
 
-def _split(marks, timed, saves, results, config):
+def _instrument(loop, iterations, is_training):
+    """Times every call of the Loop's step function (one for both phases; in Loops before
+    2026-11-23, one per phase); returns the records, `{"train": [...], "eval": [...]}`."""
+    calls = {"train": [], "eval": []}
+    if hasattr(loop, "_functions"):
+        loop._functions = {name: _TimedFunction(function, iterations, is_training, calls)
+                           for name, function in loop._functions.items()}
+    else:
+        loop._function = _TimedFunction(loop._function, iterations, is_training, calls)
+    return calls
+
+
+def _split(marks, calls, saves, results, config):
     """Seconds per category from the call records (stepping not yet separated)."""
-    train_calls, eval_calls = timed["train"].calls, timed["eval"].calls
+    train_calls, eval_calls = calls["train"], calls["eval"]
     full = config.steps_per_call
     plain = [call for call in train_calls[1:] if not call[2] and not call[3]]
     logged = [call for call in train_calls[1:] if call[2] and not call[3]]

@@ -27,7 +27,7 @@ def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_p
                     "--set", f"env_processes={env_processes}")
     assert result.returncode == 0, result.stderr
     assert "Final eval mean_score" in result.stdout
-    assert "tf.function traces: train 1, eval 1" in result.stdout
+    assert "tf.function traces: 1 (train and eval phases share it" in result.stdout
     saved = configs.read_run_config(logdir / "config.yaml")
     assert saved.steps == 2000 and saved.env == "Pendulum-v1"
     assert (logdir / "ckpt-2000.index").exists()
@@ -53,7 +53,7 @@ def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
     assert train.main([f"--config={name}", f"--logdir={tmp_path}", *TINY]) == 0
     assert (tmp_path / "ckpt-400.index").exists()
     output = capsys.readouterr().out
-    assert "Final eval mean_score" in output and "traces: train 1, eval 1" in output
+    assert "Final eval mean_score" in output and "traces: 1 (train and eval" in output
 
 
 def test_environment_given_as_module_and_class(tmp_path):

@@ -213,9 +213,8 @@ def main(argv=None):
     if evals:
         print(f"Final eval mean_score {evals[-1].mean_score:.1f} at step "
               f"{evals[-1].global_step:,}.")
-    counts = loop.tracing_counts()
-    print(f"tf.function traces: train {counts['train']}, eval {counts['eval']} "
-          f"(one call per {config.steps_per_call} batch step"
+    print(f"tf.function traces: {loop.tracing_count()} (train and eval phases share it; "
+          f"one call per {config.steps_per_call} batch step"
           f"{'s' if config.steps_per_call > 1 else ''}). "
           f"TensorBoard: tensorboard --logdir={args.logdir}")
     return 0

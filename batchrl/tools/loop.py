@@ -62,9 +62,11 @@ class Loop:
       finished early, biasing the mean towards short episodes.) Eval steps are not counted
       in the global step.
 
-    Each phase starts new episodes for all agents. Each call of a phase's step function is
-    one call of one `tf.function` (`step_function`: `steps_per_call` batch steps), traced
-    once; `tracing_counts()` reports it.
+    Each phase starts new episodes for all agents. Both phases call one `tf.function`
+    (`step_function`: `steps_per_call` batch steps per call), traced once: the variables
+    `is_training` and `should_log` tell the phases apart inside it, so the graph is built
+    and optimized once, not once per phase. `tracing_count()` reports it. The global step
+    is advanced after each train call.
 
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
     are written after every train phase; `run()` resumes from the latest one.
@@ -120,21 +122,18 @@ class Loop:
             name: tf.summary.create_file_writer(os.path.join(self._logdir, name))
             for name in ("train", "eval")}
         self._steps_per_call = int(steps_per_call)
-        self._functions = {
-            "train": step_function(batch_env, algo, self._steps_per_call,
-                                   self._writers["train"], step),
-            "eval": step_function(batch_env, algo, self._steps_per_call,
-                                  self._writers["eval"], step, count_steps=False),
-        }
+        # The eval phase writes its summaries itself (log is false in its calls), so the
+        # train writer is the function's default writer in both phases.
+        self._function = step_function(batch_env, algo, self._steps_per_call,
+                                       self._writers["train"], step, count_steps=False)
 
     @property
     def manager(self):
         return self._manager
 
-    def tracing_counts(self):
-        """How often each phase's step function was traced: `{"train": n, "eval": n}`."""
-        return {name: fn.experimental_get_tracing_count()
-                for name, fn in self._functions.items()}
+    def tracing_count(self):
+        """How often the step function of both phases was traced (int)."""
+        return self._function.experimental_get_tracing_count()
 
     def restore(self):
         """Restores the latest checkpoint if there is one; returns its path or None."""
@@ -208,7 +207,6 @@ class Loop:
     def _train_phase(self, bar):
         self._is_training.assign(True)
         self._should_log.assign(True)
-        function = self._functions["train"]
         batch = len(self._batch_env)
         step = int(self._step.numpy())
         end = min(self._steps, (step // self._eval_every + 1) * self._eval_every)
@@ -224,7 +222,8 @@ class Loop:
             log = last or after >= next_log
             while next_log <= after:
                 next_log += self._log_every
-            done, score = self._call(function, log, reset, count)
+            done, score = self._call(log, reset, count)
+            self._step.assign_add(count * batch)
             reset = False
             step = after
             for row in range(count):
@@ -240,7 +239,6 @@ class Loop:
         (`time.time()`)."""
         self._is_training.assign(False)
         self._should_log.assign(False)
-        function = self._functions["eval"]
         batch = len(self._batch_env)
         scores, lengths = [], []
         steps, start_time = 0, time.time()
@@ -252,7 +250,7 @@ class Loop:
             while np.isnan(first_score).any():
                 self._check_stop()
                 count = self._steps_per_call
-                dones, call_scores = self._call(function, False, reset, count)
+                dones, call_scores = self._call(False, reset, count)
                 reset = False
                 steps += count * batch
                 for done, score in zip(dones, call_scores, strict=True):
@@ -272,13 +270,15 @@ class Loop:
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
 
-    def _call(self, function, log, reset, count):
-        """Calls a step function; returns `(done, score)` as NumPy arrays `[count, batch]`.
+    def _call(self, log, reset, count):
+        """Calls the step function; returns `(done, score)` as NumPy arrays
+        `[count, batch]`.
 
         An environment's error becomes `EnvironmentFailed`.
         """
         try:
-            done, score = function(tf.constant(log), tf.constant(reset), tf.constant(count))
+            done, score = self._function(
+                tf.constant(log), tf.constant(reset), tf.constant(count))
             return done.numpy()[:count], score.numpy()[:count]
         except tf.errors.OpError:
             cause = getattr(self._batch_env, "error", None)
