@@ -132,3 +132,21 @@ def test_random_generator_state_is_restored(tmp_path):
     assert not np.array_equal(algo.checkpoint_state["random"].state.numpy(), state)
     loop.restore()
     np.testing.assert_array_equal(algo.checkpoint_state["random"].state.numpy(), state)
+
+
+def test_a_call_of_zero_steps_traces_and_changes_nothing(tmp_path):
+    """The Loop's first call runs 0 steps: it builds the graph (timed as
+    `tracing_seconds`) and leaves the environments and the algorithm as they were."""
+    loop, algo, step = _loop(tmp_path, steps=40)
+    before = [v.numpy().copy() for v in algo.networks.policy.variables]
+    done, score = loop._call(False, False, 0)
+    assert done.shape[0] == 0 and score.shape[0] == 0
+    assert loop.tracing_count() == 1 and int(step.numpy()) == 0
+    for variable, value in zip(algo.networks.policy.variables, before, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), value)
+    assert int(algo._episodes.length.numpy().sum()) == 0
+    loop.run()
+    assert loop.tracing_count() == 1 and loop.tracing_seconds > 0
+    assert [s for s, _ in _scalars(tmp_path / "eval", "time/tracing_seconds")] == [40]
+    training = _scalars(tmp_path / "eval", "time/training_seconds")
+    assert training[0][1] > loop.tracing_seconds

@@ -213,9 +213,9 @@ def main(argv=None):
     if evals:
         print(f"Final eval mean_score {evals[-1].mean_score:.1f} at step "
               f"{evals[-1].global_step:,}.")
-    print(f"tf.function traces: {loop.tracing_count()} (train and eval phases share it; "
-          f"one call per {config.steps_per_call} batch step"
-          f"{'s' if config.steps_per_call > 1 else ''}). "
+    print(f"tf.function traces: {loop.tracing_count()} (train and eval phases share it, "
+          f"{loop.tracing_seconds:.1f} s to trace and optimize; one call per "
+          f"{config.steps_per_call} batch step{'s' if config.steps_per_call > 1 else ''}). "
           f"TensorBoard: tensorboard --logdir={args.logdir}")
     return 0
 

@@ -65,8 +65,10 @@ class Loop:
     Each phase starts new episodes for all agents. Both phases call one `tf.function`
     (`step_function`: `steps_per_call` batch steps per call), traced once: the variables
     `is_training` and `should_log` tell the phases apart inside it, so the graph is built
-    and optimized once, not once per phase. `tracing_count()` reports it. The global step
-    is advanced after each train call.
+    and optimized once, not once per phase. The first `run` begins with a call of 0 steps
+    that does only that (`tracing_seconds`, also written with every eval as
+    `time/tracing_seconds`); `tracing_count()` reports the traces. The global step is
+    advanced after each train call.
 
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
     are written after every train phase; `run()` resumes from the latest one.
@@ -126,6 +128,7 @@ class Loop:
         # train writer is the function's default writer in both phases.
         self._function = step_function(batch_env, algo, self._steps_per_call,
                                        self._writers["train"], step, count_steps=False)
+        self._tracing_seconds = None
 
     @property
     def manager(self):
@@ -134,6 +137,12 @@ class Loop:
     def tracing_count(self):
         """How often the step function of both phases was traced (int)."""
         return self._function.experimental_get_tracing_count()
+
+    @property
+    def tracing_seconds(self):
+        """Wall-clock seconds that tracing and optimizing the step function took at the
+        start of the first `run` (float; None before it)."""
+        return self._tracing_seconds
 
     def restore(self):
         """Restores the latest checkpoint if there is one; returns its path or None."""
@@ -180,6 +189,10 @@ class Loop:
             self.restore()
         results = []
         started = time.time()
+        if self._tracing_seconds is None:
+            # A call of 0 steps traces and optimizes the graph and changes nothing.
+            self._call(False, False, 0)
+            self._tracing_seconds = time.time() - started
         start = int(self._step.numpy())
         bar = tqdm.tqdm(total=self._steps, initial=min(start, self._steps), unit="step",
                         unit_scale=True, dynamic_ncols=True, mininterval=1.0,
@@ -266,6 +279,7 @@ class Loop:
             tf.summary.scalar("mean_score", np.mean(scores))
             tf.summary.scalar("mean_length", np.mean(lengths))
             tf.summary.scalar("time/training_seconds", time.time() - started)
+            tf.summary.scalar("time/tracing_seconds", self._tracing_seconds)
         writer.flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
@@ -333,7 +347,7 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
     Returns:
       `tf.function(log, reset, count) -> (done, score)` taking bool scalars `log` (write
       the episode summaries at the end of the call) and `reset` (begin new episodes for
-      all agents first) and the int32 scalar `count` in `[1, steps_per_call]`, the steps
+      all agents first) and the int32 scalar `count` in `[0, steps_per_call]`, the steps
       to run; it returns bool and float32 `[steps_per_call, batch]` (rows from `count` on
       are False and 0). It is traced once.
 

@@ -190,8 +190,9 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
         during the call (and before it, since the last summary).
       reset: bool scalar tensor, begin new episodes for all agents at the first step (as
         `simulate` does; prepared once, before the loop, so the steps build no ops for it).
-      count: optional int32 scalar tensor in `[1, steps]`, the steps to run (default
-        `steps`), so that one traced function can also run a shorter, final call.
+      count: optional int32 scalar tensor in `[0, steps]`, the steps to run (default
+        `steps`), so that one traced function can also run a shorter, final call; 0 runs
+        none (with `reset` and `log` false, such a call changes nothing).
 
     Returns:
       `(done, score)`: bool `[steps, batch]` and float32 `[steps, batch]`, row `i` what
