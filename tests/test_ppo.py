@@ -189,3 +189,25 @@ def test_update_compiled_with_xla_trains_as_without():
         weights.append([v.numpy() for v in algo.networks.policy.trainable_variables])
     for plain, compiled in zip(*weights, strict=True):
         np.testing.assert_allclose(compiled, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_learning_rate_schedule_decays_with_the_global_step():
+    """`lr_schedule: linear`: an update at step s trains with the rates times 1 - s/steps."""
+    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, lr_schedule="linear",
+                             steps=1000, policy_lr=1e-3, value_lr=2e-3)
+    _fill_memory(algo, run, 3)
+    algo._step.assign(250)
+    _memory_update(algo)(tf.constant(0.0))
+    policy_rate = float(algo.checkpoint_state["policy_optimizer"].learning_rate.numpy())
+    value_rate = float(algo.checkpoint_state["value_optimizer"].learning_rate.numpy())
+    assert policy_rate == pytest.approx(0.75e-3) and value_rate == pytest.approx(1.5e-3)
+
+
+def test_observations_are_clipped_to_observ_clip():
+    """Normalized observations stored for training lie within [-observ_clip, observ_clip]."""
+    _, algo, _, run = _setup((3,), [(6, 6)] * 2, update_every=50, observ_clip=0.5)
+    for _ in range(5):
+        run(False, False)
+    episodes, length = algo._episodes.data()
+    stored = episodes["observ"].numpy()[:, :int(length.numpy().min())]
+    assert np.abs(stored).max() == pytest.approx(0.5)

@@ -93,6 +93,12 @@ def test_policy_loss_terms():
     assert float(result["cutoff_penalty"]) == pytest.approx(cutoff, rel=1e-4)
     assert float(result["cutoff_count"]) == 1.0
     assert float(result["loss"]) == pytest.approx(surrogate + 2.0 * mean_kl + cutoff, rel=1e-5)
+    entropy = np.array([[1.0, 3.0, 50.0], [2.0, 50.0, 50.0]], np.float32)
+    bonus = losses.policy_loss(log_prob, old_log_prob, adv, kl, mask, penalty=2.0,
+                               kl_target=0.01, kl_cutoff_factor=2.0, kl_cutoff_coef=1000.0,
+                               entropy=entropy, entropy_coef=0.1)
+    # The entropy bonus: 0.1 times the mean entropy over the valid steps, subtracted.
+    assert float(bonus["loss"]) == pytest.approx(float(result["loss"]) - 0.1 * 2.0, rel=1e-5)
 
 
 def test_value_loss():

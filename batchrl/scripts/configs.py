@@ -19,14 +19,15 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
-             "num_workers"}
+             "num_workers", "observ_clip", "reward_clip"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
-                 "inter_op_threads"}
+                 "inter_op_threads", "entropy_coef"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
-_CHOICES = {"algorithm": ("ppo",), "kl_reference": ("behaviour", "update_start")}
+_CHOICES = {"algorithm": ("ppo",), "kl_reference": ("behaviour", "update_start"),
+            "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear")}
 
 
 class ConfigError(ValueError):

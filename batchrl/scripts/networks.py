@@ -29,11 +29,23 @@ Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
 
 class _MLP(keras.layers.Layer):
-    """ReLU layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`."""
+    """Dense layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`.
 
-    def __init__(self, units, name=None):
+    Args:
+      units: sizes of the layers.
+      activation: `relu` or `tanh`.
+      orthogonal: initialize the kernels orthogonally with gain sqrt(2) (Saxe et al.,
+        arXiv:1312.6120; the gain used by most PPO implementations), instead of Keras'
+        Glorot-uniform default.
+    """
+
+    def __init__(self, units, activation="relu", orthogonal=False, name=None):
         super().__init__(name=name)
-        self._layers = [keras.layers.Dense(size, activation="relu") for size in units]
+        initializer = (keras.initializers.Orthogonal(gain=math.sqrt(2)) if orthogonal
+                       else "glorot_uniform")
+        self._layers = [keras.layers.Dense(size, activation=activation,
+                                           kernel_initializer=initializer)
+                        for size in units]
 
     def call(self, observ):
         observ = tf.convert_to_tensor(observ, tf.float32)
@@ -75,13 +87,15 @@ class GaussianPolicy(keras.Model):
       units: sizes of the hidden layers.
       init_std: initial standard deviation (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
+      activation, orthogonal: of the hidden layers, as in `_MLP`.
     """
 
     state_size = 0
 
-    def __init__(self, action_size, units, init_std, init_mean_factor, name="policy"):
+    def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
+                 orthogonal=False, name="policy"):
         super().__init__(name=name)
-        self._hidden = _MLP(units, name="hidden")
+        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
     def call(self, observ, state):
@@ -100,14 +114,16 @@ class RecurrentGaussianPolicy(keras.Model):
       action_size: number of action dimensions.
       units: sizes of the encoder layers followed by the size of the GRU (at least one).
       init_std, init_mean_factor: as in `GaussianPolicy`.
+      activation, orthogonal: of the encoder layers, as in `_MLP`.
     """
 
-    def __init__(self, action_size, units, init_std, init_mean_factor, name="policy"):
+    def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
+                 orthogonal=False, name="policy"):
         super().__init__(name=name)
         if not units:
             raise ValueError("recurrent_gaussian needs at least one layer size (the GRU)")
         self.state_size = int(units[-1])
-        self._encoder = _MLP(units[:-1], name="encoder")
+        self._encoder = _MLP(units[:-1], activation, orthogonal, name="encoder")
         self._rnn = keras.layers.RNN(
             keras.layers.GRUCell(self.state_size), return_sequences=True, return_state=True,
             name="gru")
@@ -128,11 +144,13 @@ class CategoricalPolicy(keras.Model):
       num_actions: number of discrete actions.
       units: sizes of the hidden layers.
       init_mean_factor: scale of the variance-scaling initializer of the logits layer.
+      activation, orthogonal: of the hidden layers, as in `_MLP`.
     """
 
-    def __init__(self, num_actions, units, init_mean_factor, name="policy"):
+    def __init__(self, num_actions, units, init_mean_factor, activation="relu",
+                 orthogonal=False, name="policy"):
         super().__init__(name=name)
-        self._hidden = _MLP(units, name="hidden")
+        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
         self._logits = keras.layers.Dense(
             num_actions, kernel_initializer=keras.initializers.VarianceScaling(
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
@@ -144,12 +162,15 @@ class CategoricalPolicy(keras.Model):
 
 
 class ValueNetwork(keras.Model):
-    """State-value function: a ReLU MLP with a linear output, `[batch, time]`."""
+    """State-value function: an MLP (`_MLP`) with a linear output, `[batch, time]`; with
+    `orthogonal`, the output layer is initialized orthogonally with gain 1."""
 
-    def __init__(self, units, name="value"):
+    def __init__(self, units, activation="relu", orthogonal=False, name="value"):
         super().__init__(name=name)
-        self._hidden = _MLP(units, name="hidden")
-        self._output = keras.layers.Dense(1, name="output")
+        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        self._output = keras.layers.Dense(
+            1, kernel_initializer=(keras.initializers.Orthogonal(gain=1.0) if orthogonal
+                                   else "glorot_uniform"), name="output")
 
     def call(self, observ):
         return self._output(self._hidden(observ))[..., 0]
@@ -159,16 +180,15 @@ def feed_forward_gaussian(observation_space, action_space, config):
     """Separate policy and value MLPs; Gaussian actions for a `Box` action space.
 
     Config keys: `policy_layers`, `value_layers` (lists of ints), `init_std`,
-    `init_mean_factor`.
+    `init_mean_factor`, `activation`, `orthogonal_init`.
 
     Raises:
       ValueError: if the action space is not a one-dimensional `Box`.
     """
     _check_box(action_space, "feed_forward_gaussian")
     policy = GaussianPolicy(action_space.shape[0], config.policy_layers, config.init_std,
-                            config.init_mean_factor)
-    return _built(policy, ValueNetwork(config.value_layers), DiagonalGaussian,
-                  observation_space)
+                            config.init_mean_factor, **_hidden(config))
+    return _built(policy, _value(config), DiagonalGaussian, observation_space)
 
 
 def recurrent_gaussian(observation_space, action_space, config):
@@ -183,16 +203,16 @@ def recurrent_gaussian(observation_space, action_space, config):
     """
     _check_box(action_space, "recurrent_gaussian")
     policy = RecurrentGaussianPolicy(action_space.shape[0], config.policy_layers,
-                                     config.init_std, config.init_mean_factor)
-    return _built(policy, ValueNetwork(config.value_layers), DiagonalGaussian,
-                  observation_space)
+                                     config.init_std, config.init_mean_factor,
+                                     **_hidden(config))
+    return _built(policy, _value(config), DiagonalGaussian, observation_space)
 
 
 def feed_forward_categorical(observation_space, action_space, config):
     """Separate policy and value MLPs; categorical actions for a `Discrete` action space.
 
-    Config keys: `policy_layers`, `value_layers`, `init_mean_factor`. Evaluation takes the
-    most likely action.
+    Config keys: `policy_layers`, `value_layers`, `init_mean_factor`, `activation`,
+    `orthogonal_init`. Evaluation takes the most likely action.
 
     Raises:
       ValueError: if the action space is not `Discrete` (starting at 0).
@@ -202,8 +222,17 @@ def feed_forward_categorical(observation_space, action_space, config):
             f"network feed_forward_categorical needs a Discrete action space starting at 0, "
             f"got {action_space}")
     policy = CategoricalPolicy(int(action_space.n), config.policy_layers,
-                               config.init_mean_factor)
-    return _built(policy, ValueNetwork(config.value_layers), Categorical, observation_space)
+                               config.init_mean_factor, **_hidden(config))
+    return _built(policy, _value(config), Categorical, observation_space)
+
+
+def _hidden(config):
+    """The hidden layers' keyword arguments of the config (`activation`, `orthogonal`)."""
+    return {"activation": config.activation, "orthogonal": config.orthogonal_init}
+
+
+def _value(config):
+    return ValueNetwork(config.value_layers, **_hidden(config))
 
 
 def _check_box(action_space, name):

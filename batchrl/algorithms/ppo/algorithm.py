@@ -39,8 +39,10 @@ class PPO:
     stored with the step, and a chunk is replayed from the state stored at its first step.
 
     Observations are normalized with a running mean and standard deviation and clipped to
-    [-5, 5]; rewards are scaled by their running standard deviation and clipped to
-    [-10, 10] (each switchable in the config). Advantages are GAE(lambda), normalized over
+    [-observ_clip, observ_clip]; rewards are scaled by their running standard deviation and
+    clipped to [-reward_clip, reward_clip] (each switchable in the config). The policy loss
+    may add an entropy bonus (`entropy_coef`); both learning rates may decay linearly to 0
+    over the run's `steps` (`lr_schedule`). Advantages are GAE(lambda), normalized over
     the memory; value targets are lambda-returns; the value after the last step of an
     episode is bootstrapped from its final observation when the episode was truncated and
     zero when it terminated.
@@ -63,8 +65,9 @@ class PPO:
         `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
         `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
         `batch_size` (None for whole episodes and full batches), `kl_reference`
-        (`behaviour` or `update_start`), `jit_update` (compile the update with XLA) and
-        `seed`, plus whatever the network reads.
+        (`behaviour` or `update_start`), `jit_update` (compile the update with XLA),
+        `observ_clip`, `reward_clip`, `entropy_coef`, `lr_schedule` (`constant` or
+        `linear`), `steps` and `seed`, plus whatever the network reads.
     """
 
     def __init__(self, batch_env, step, is_training, should_log, config):
@@ -81,10 +84,12 @@ class PPO:
         self._distribution = self._networks.distribution
         self._observ_filter = StreamingNormalize(
             observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
-            clip=5.0 if config.normalize_observ else None, name="normalize_observ")
+            clip=config.observ_clip if config.normalize_observ else None,
+            name="normalize_observ")
         self._reward_filter = StreamingNormalize(
             (), center=False, scale=config.normalize_reward,
-            clip=10.0 if config.normalize_reward else None, name="normalize_reward")
+            clip=config.reward_clip if config.normalize_reward else None,
+            name="normalize_reward")
 
         self._state_size = int(self._networks.policy.state_size)
         self._recurrent = self._state_size > 0
@@ -308,7 +313,9 @@ class PPO:
           ...]`, for the histograms.
         """
         config = self._config
-        episodes, length = self._memory.data()
+        scheduled = self._schedule_learning_rates()
+        with tf.control_dependencies(scheduled):
+            episodes, length = self._memory.data()
         mask = advantage_lib.sequence_mask(length, self._memory_length)
         observ = episodes["observ"]
         reward = self._reward_filter.transform(episodes["reward"]) * mask
@@ -349,6 +356,19 @@ class PPO:
                 metrics, kl=tf.identity(kl), kl_penalty=tf.identity(penalty),
                 entropy=entropy, mean_return=advantage_lib.masked_mean(target, mask),
                 mask=mask, advantage=advantage, action=episodes["action"])
+
+    def _schedule_learning_rates(self):
+        """With `lr_schedule: linear`, sets both learning rates to their configured value
+        times the fraction of the run's `steps` still to train (as in Schulman et al.,
+        arXiv:1707.06347, table 3, for MuJoCo); returns the assignments."""
+        config = self._config
+        if config.lr_schedule != "linear":
+            return []
+        done = tf.cast(self._step, tf.float32) / float(config.steps)
+        remaining = tf.maximum(1.0 - done, 0.0)
+        return [optimizer.learning_rate.assign(rate * remaining)
+                for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
+                                        (self._value_optimizer, config.value_lr))]
 
     def _replay(self, observ):
         """The current policy's parameters on whole episodes of the memory, replayed from
@@ -449,6 +469,7 @@ class PPO:
             result = losses.policy_loss(
                 new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
                 minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
-                config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef)
+                config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef,
+                new.entropy(), config.entropy_coef)
         return result, self._apply(
             tape, result["loss"], self._networks.policy, self._policy_optimizer)

@@ -12,13 +12,14 @@ from batchrl.algorithms.ppo.advantage import masked_mean
 
 
 def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
-                kl_cutoff_factor, kl_cutoff_coef):
+                kl_cutoff_factor, kl_cutoff_coef, entropy=None, entropy_coef=0.0):
     """Penalized surrogate objective of PPO, to be minimized.
 
-    `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_rows[max(0, KL_e - c)^2]`,
-    with the importance ratio `r_t = exp(log_prob - old_log_prob)`, the mean KL of each
-    row `KL_e` (a row is an episode or a chunk of one), and
-    `c = kl_cutoff_factor * kl_target`.
+    `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_rows[max(0, KL_e - c)^2]
+    - entropy_coef * E[H]`, with the importance ratio `r_t = exp(log_prob - old_log_prob)`,
+    the mean KL of each row `KL_e` (a row is an episode or a chunk of one),
+    `c = kl_cutoff_factor * kl_target`, and the policy's entropy `H` (the bonus of
+    arXiv:1707.06347, eq. 9).
 
     Args:
       log_prob: float32 `[rows, time]`, log pi(a_t | s_t) under the current policy.
@@ -29,6 +30,8 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
       mask: float32 `[rows, time]`, 1 for valid steps.
       penalty: float32 scalar, the KL penalty coefficient beta.
       kl_target, kl_cutoff_factor, kl_cutoff_coef: floats.
+      entropy: optional float32 `[rows, time]`, the current policy's entropy in nats.
+      entropy_coef: float >= 0, the weight of the entropy bonus (used with `entropy`).
 
     Returns:
       dict of float32 scalars: `loss` (the total), `surrogate`, `kl`, `kl_penalty`,
@@ -43,8 +46,11 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
     valid_episodes = tf.cast(tf.reduce_sum(mask, 1) > 0, tf.float32)
     cutoff_penalty = kl_cutoff_coef * masked_mean(tf.square(over), valid_episodes)
     kl_penalty = penalty * mean_kl
+    loss = surrogate + kl_penalty + cutoff_penalty
+    if entropy is not None and entropy_coef:
+        loss -= entropy_coef * masked_mean(entropy, mask)
     return {
-        "loss": surrogate + kl_penalty + cutoff_penalty,
+        "loss": loss,
         "surrogate": surrogate,
         "kl": mean_kl,
         "kl_penalty": kl_penalty,
