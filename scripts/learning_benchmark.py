@@ -20,7 +20,8 @@ at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; b
 pendulum and pendulum_native -200, cartpole 500; otherwise the Gymnasium
 `reward_threshold` of the config's environment), the training steps, the training
 wall-clock seconds (the eval's `time/training_seconds`: from the start of training, graph
-tracing, updates, evaluations and checkpoints included) and the seconds from the launch of
+tracing, updates, evaluations and checkpoints included; of which, in parentheses, tracing
+and optimizing the step function) and the seconds from the launch of
 the training command (Python's and TensorFlow's start-up included); the run's total
 wall-clock hours and hours per 1M steps (from the creation of the run's event files,
 without the pauses between resumed processes, see scripts/plot.py); and the training
@@ -133,8 +134,9 @@ def summarize(run, threshold=None):
     row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
            "final_step": None, "final_return": None, "best_return": None,
            "steps_to_threshold": None, "seconds_to_threshold": None,
-           "command_seconds": None, "total_hours": run.total_seconds / 3600,
-           "hours_per_million": None, "steps_per_second": None}
+           "tracing_seconds": None, "command_seconds": None,
+           "total_hours": run.total_seconds / 3600, "hours_per_million": None,
+           "steps_per_second": None}
     log = run.path / LOG_NAME
     log_text = log.read_text(errors="replace") if log.exists() else ""
     if scores is not None:
@@ -157,13 +159,18 @@ def summarize(run, threshold=None):
 
 
 def _times_at(path, step, launches):
-    """`seconds_to_threshold` and `command_seconds` of the eval at `step`, where the
-    run's event files have them (`time/training_seconds`; the process's launch)."""
+    """`seconds_to_threshold`, `tracing_seconds` (of it, building the step function) and
+    `command_seconds` of the eval at `step`, where the run's event files have them
+    (`time/training_seconds`, `time/tracing_seconds`; the process's launch)."""
     times = {}
     training = [s for s in read_scalars(path / "eval", "time/training_seconds")
                 if s.step == step]
     if training:
         times["seconds_to_threshold"] = training[-1].value
+    tracing = [s for s in read_scalars(path / "eval", "time/tracing_seconds")
+               if s.step == step]
+    if tracing:
+        times["tracing_seconds"] = tracing[-1].value
     scores = [s for s in read_scalars(path / "eval", "mean_score") if s.step == step]
     earlier = [launch for launch in launches if scores and launch <= scores[-1].wall_time]
     if earlier:
@@ -183,6 +190,7 @@ def median_row(rows):
     for key in ("final_step", "final_return", "best_return", "total_hours",
                 "hours_per_million", "steps_per_second"):
         median[key] = _median([row[key] for row in rows])
+    median["tracing_seconds"] = _median([row.get("tracing_seconds") for row in rows])
     for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
         values = [np.inf if row[key] is None else row[key] for row in rows
                   if row["final_return"] is not None]
@@ -196,6 +204,14 @@ def _number(value, digits=1, thousands=False, missing="—"):
     if value is None:
         return missing
     return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
+
+
+def _training_seconds(row, missing):
+    """The training seconds to the threshold, with the tracing part where known."""
+    text = _number(row["seconds_to_threshold"], missing=missing)
+    if row["seconds_to_threshold"] is not None and row.get("tracing_seconds") is not None:
+        text += f" ({row['tracing_seconds']:.1f} tracing)"
+    return text
 
 
 def table(rows, threshold):
@@ -214,7 +230,7 @@ def table(rows, threshold):
             f"| {seed} | {final_step} | {_number(row['final_return'])} | "
             f"{_number(row['best_return'])} | "
             f"{_number(row['steps_to_threshold'], thousands=True, missing=reached)} | "
-            f"{_number(row['seconds_to_threshold'], missing=reached)} | "
+            f"{_training_seconds(row, reached)} | "
             f"{_number(row['command_seconds'], missing=reached)} | "
             f"{_number(row['total_hours'], digits=3)} | "
             f"{_number(row['hours_per_million'], digits=2)} | "
@@ -302,7 +318,8 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         "policy over `eval_episodes` episodes, after every `eval_every` training steps. Steps "
         "are training environment steps of all agents. Training seconds: wall-clock time "
         "from the start of training (graph tracing, updates, evaluations and checkpoints "
-        "included); seconds from the command: from the launch of the training process "
+        "included; in parentheses, the part spent tracing and optimizing the step function "
+        "before the first step); seconds from the command: from the launch of the training process "
         "(Python's and TensorFlow's start-up included). Hours are wall-clock time from the "
         "creation of the run's event files (pauses between resumed processes left out). "
         "Train steps/s: the training command's own figure (train phases with updates, "

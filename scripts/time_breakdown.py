@@ -16,7 +16,9 @@ process was started (so Python's and TensorFlow's start-up count):
 - stepping: the environments and `simulate`'s bookkeeping, measured after training by
   running `simulate` with `MockAlgorithm` for as many batch steps in the same process;
 - acting and recording: the rest of the train calls without an update (the policy's
-  inference, the normalizers, the episode memory);
+  inference, the normalizers, the episode memory); where every train call holds an
+  update, an eval call of the same length stands in for one without (so recording is
+  then counted with the updates);
 - updates: what the train calls with a PPO update take beyond a call without one (their
   summaries included); XLA compilation of the update (the first update's extra time over
   the later ones, with `jit_update`) is listed apart;
@@ -169,7 +171,10 @@ def _split(marks, calls, saves, results, config):
     plain = [call for call in train_calls[1:] if not call[2] and not call[3]]
     logged = [call for call in train_calls[1:] if call[2] and not call[3]]
     updates = [call for call in train_calls[1:] if call[3]]
-    typical = _typical(plain, full) or _typical(train_calls[1:], full)
+    # Where every train call holds an update (one update per call), the eval calls (acting
+    # without recording) give the cost of a call without one.
+    typical = (_typical(plain, full) or _typical(eval_calls[1:], full)
+               or _typical(train_calls[1:], full))
     per_step = typical / full
     tracing = train_calls[0][0] - per_step * train_calls[0][1]
     seconds = {key: 0.0 for key in CATEGORIES}
