@@ -144,10 +144,9 @@ class PPO:
         self._policy_optimizer.build(self._networks.policy.trainable_variables)
         self._value_optimizer = keras.optimizers.Adam(config.value_lr)
         self._value_optimizer.build(self._networks.value.trainable_variables)
-        # One traced function, so that the train and eval step functions share its graph
-        # (traced once, not once per caller). With `jit_update`, XLA compiles its many
-        # small ops (minibatch steps of small networks) into a few kernels; summaries stay
-        # outside, in `_train`.
+        # The update is a function of its own, traced once however many step functions
+        # call it. With `jit_update`, XLA compiles its many small ops (minibatch steps of
+        # small networks) into a few kernels; summaries stay outside, in `_train`.
         self._update = tf.function(
             self._update_step, jit_compile=bool(config.jit_update), autograph=False)
 
