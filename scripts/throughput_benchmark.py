@@ -1426,10 +1426,16 @@ def _learning_markdown(runs):
 
 
 def write_markdown(report, path):
-    """Writes `markdown(report)` to `path` (parent directories are created)."""
+    """Writes `markdown(report)` to `path` (parent directories are created), keeping the
+    section that scripts/time_breakdown.py wrote there, if any."""
+    import time_breakdown
+
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    kept = time_breakdown.read_section(path)
     path.write_text(markdown(report))
+    if kept:
+        time_breakdown.write_section(path, kept)
 
 
 def _parser():

@@ -179,7 +179,6 @@ def _split(marks, calls, saves, results, config):
     tracing = train_calls[0][0] - per_step * train_calls[0][1]
     seconds = {key: 0.0 for key in CATEGORIES}
     seconds["start-up"] = marks["loop"] - marks["process"]
-    # The first call may also hold an update or summaries: counted as tracing.
     seconds["acting and recording"] = per_step * sum(count for _, count, _, _ in train_calls)
     update_extra = [s - per_step * count for s, count, _, _ in updates]
     if len(update_extra) > 1 and config.get("jit_update"):
@@ -188,12 +187,14 @@ def _split(marks, calls, saves, results, config):
         update_extra[0] -= seconds["update compilation"]
     seconds["updates"] = sum(update_extra)
     seconds["summaries"] = sum(max(0.0, s - per_step * count) for s, count, _, _ in logged)
-    eval_typical = _typical(eval_calls[1:], full) or eval_calls[0][0]
-    tracing += eval_calls[0][0] - eval_typical if eval_calls else 0.0
-    seconds["tracing"] = tracing
+    # The first eval call's extra time: tracing where the eval phase has a function of
+    # its own (Loops before 2026-11-23), noise otherwise.
+    eval_first = 0.0
+    if eval_calls:
+        eval_first = eval_calls[0][0] - (_typical(eval_calls[1:], full) or eval_calls[0][0])
+    seconds["tracing"] = tracing + eval_first
     eval_seconds = sum(result.seconds for result in results if result.name == "eval")
-    seconds["evaluation"] = eval_seconds - (eval_calls[0][0] - eval_typical if eval_calls
-                                            else 0.0)
+    seconds["evaluation"] = eval_seconds - eval_first
     seconds["checkpoints"] = sum(saves)
     return seconds
 
@@ -238,6 +239,15 @@ def markdown(store):
         lines.append("")
     lines.append(END)
     return "\n".join(lines) + "\n"
+
+
+def read_section(path):
+    """The marked section of `path` (markers included), or None."""
+    path = pathlib.Path(path)
+    text = path.read_text() if path.exists() else ""
+    if BEGIN not in text or END not in text:
+        return None
+    return BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
 
 
 def write_section(path, section):
