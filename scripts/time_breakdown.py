@@ -108,7 +108,6 @@ def worker(config_name, steps, overrides, logdir):
 
     from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import configs, environments, train
-    from batchrl.tools import loop as loop_lib
 
     marks["imports"] = time.time()
     config = configs.load(config_name, [*overrides, f"steps={steps}"])
@@ -119,9 +118,7 @@ def worker(config_name, steps, overrides, logdir):
     marks["environments"] = time.time()
     agent = agent_lib.build(config, batch_env)
     marks["agent"] = time.time()
-    loop = loop_lib.Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
-                         eval_episodes=config.eval_episodes, log_every=config.log_every,
-                         progress=False, steps_per_call=config.steps_per_call)
+    loop = train.make_loop(config, logdir, agent, progress=False)
     iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations
     calls = _instrument(loop, iterations, agent.is_training)
     saves = []
@@ -135,13 +132,15 @@ def worker(config_name, steps, overrides, logdir):
 
     loop.save = timed_save
     marks["loop"] = time.time()
-    results = loop.run()
-    marks["trained"] = time.time()
-    breakdown = _split(marks, calls, saves, results, config)
-    breakdown["stepping"] = _stepping_seconds(
-        config, agent.batch_env, config.steps_per_call, calls["train"])
+    try:
+        results = loop.run()
+        marks["trained"] = time.time()
+        breakdown = _split(marks, calls, saves, results, config)
+        breakdown["stepping"] = _stepping_seconds(
+            config, agent.batch_env, config.steps_per_call, calls["train"])
+    finally:
+        batch_env.close()
     breakdown["acting and recording"] -= breakdown["stepping"]
-    batch_env.close()
     breakdown["other"] = (marks["trained"] - marks["process"]) - sum(
         value for key, value in breakdown.items() if key != "other")
     final = [result for result in results if result.name == "eval"]

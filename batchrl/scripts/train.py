@@ -89,6 +89,16 @@ def set_inter_op_threads(count):
                       f"this process", stacklevel=2)
 
 
+def make_loop(config, logdir, agent, progress=None, stop=None):
+    """The training `Loop` of `config` for `agent` (`batchrl.scripts.agent.build`) in
+    `logdir`: its schedule, progress output and stop event."""
+    from batchrl.tools.loop import Loop
+
+    return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
+                eval_episodes=config.eval_episodes, log_every=config.log_every,
+                progress=progress, stop=stop, steps_per_call=config.steps_per_call)
+
+
 def train(config, logdir, progress=None, on_phase=None, stop=None):
     """Trains `config` in `logdir`, resuming from its latest checkpoint.
 
@@ -110,7 +120,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     """
     from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import environments
-    from batchrl.tools.loop import EnvironmentFailed, Interrupted, Loop
+    from batchrl.tools.loop import EnvironmentFailed, Interrupted
 
     agent_lib.check(config)
     prepare_logdir(logdir, config)
@@ -124,9 +134,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     try:
         agent = agent_lib.build(config, batch_env)
         step = agent.step
-        loop = Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
-                    eval_episodes=config.eval_episodes, log_every=config.log_every,
-                    progress=progress, stop=stop, steps_per_call=config.steps_per_call)
+        loop = make_loop(config, logdir, agent, progress, stop)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
