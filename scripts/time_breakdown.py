@@ -30,7 +30,8 @@ process was started (so Python's and TensorFlow's start-up count):
 Results are stored per `--label` (e.g. `before` at an older commit, `after`) in
 docs/time_breakdown.json, and the section between the markers `<!-- time-breakdown -->`
 and `<!-- /time-breakdown -->` of docs/performance.md is rewritten from all labels; the
-rest of that file (written by scripts/throughput_benchmark.py) is kept.
+rest of that file (written by scripts/throughput_benchmark.py, see `write_markdown` in
+scripts/throughput_report.py) is kept.
 """
 
 import argparse

@@ -1,5 +1,5 @@
-"""scripts/throughput_benchmark.py in quick mode on Pendulum (Gymnasium's and the in-graph
-one) with 2 environments.
+"""scripts/throughput_benchmark.py (and its modules, scripts/throughput_*.py) in quick mode
+on Pendulum (Gymnasium's and the in-graph one) with 2 environments.
 
 No timing assertions (the machine may be busy): every measurement runs, reports a positive
 rate, closes its worker processes, and the JSON and Markdown reports hold every row.
@@ -14,7 +14,11 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import throughput_baselines as baselines  # noqa: E402
 import throughput_benchmark as benchmark  # noqa: E402
+import throughput_report as report_lib  # noqa: E402
+import throughput_settings as settings  # noqa: E402
+import throughput_simulate as simulate  # noqa: E402
 
 ENV = "Pendulum-v1"
 NATIVE = "batchrl.envs:Pendulum"
@@ -44,7 +48,7 @@ def test_every_measurement_reports_positive_rate(quick_run):
     single = {"single_env", "single_env_per_core"}
     expected = {(env, "single_env", 1) for env in (ENV, NATIVE)} | {
         (env, "single_env_per_core", cores) for env in (ENV, NATIVE)} | {
-        (ENV, kind, SIZE) for kind in benchmark.KINDS if kind not in single} | {
+        (ENV, kind, SIZE) for kind in settings.KINDS if kind not in single} | {
         (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - single}
     assert set(rows) == expected
     for key, row in rows.items():
@@ -59,7 +63,7 @@ def test_every_measurement_reports_positive_rate(quick_run):
     assert loop["steps"] == loop["calls"] * SIZE * 3
     # One loop per core: every process stepped (single_env steps 32 at a time).
     per_core = rows[ENV, "single_env_per_core", cores]
-    assert per_core["steps"] >= per_core["calls"] * cores * benchmark.SINGLE_ENV_CHUNK
+    assert per_core["steps"] >= per_core["calls"] * cores * baselines.SINGLE_ENV_CHUNK
 
 
 def test_report_holds_machine_command_and_every_row(quick_run):
@@ -77,9 +81,9 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert all(0 < cores < 1.5 * machine["cpu_count"] for cores in machine["effective_cores"])
     assert "Effective cores: " in text
     # Quick mode measures no goal's row and runs no learning run: all unmeasured.
-    assert [goal["met"] for goal in report["goals"]] == [None] * len(benchmark.GOALS)
+    assert [goal["met"] for goal in report["goals"]] == [None] * len(settings.GOALS)
     assert report["learning"] == []
-    assert "## Goals" in text and text.count("| not measured | – |") == len(benchmark.GOALS)
+    assert "## Goals" in text and text.count("| not measured | – |") == len(settings.GOALS)
     for row in report["rows"]:
         rate = f"{row['steps_per_second']:,.0f}"
         assert f"| {row['num_envs']} | `{row['kind']}` | {rate} | – |" in text
@@ -91,7 +95,7 @@ def test_no_worker_process_is_left(quick_run):
 
 def test_training_counts_updates_in_the_window():
     # A short schedule (an update after 2 episodes) so that the window holds an update.
-    measurement = benchmark.measure_ppo_training(
+    measurement = simulate.measure_ppo_training(
         ENV, SIZE, 1, min_updates=1, max_seconds=30.0,
         overrides={"update_every": 2, "update_epochs": 1}, **TIMING)
     assert measurement.kind == "ppo_training"
@@ -102,14 +106,14 @@ def test_training_counts_updates_in_the_window():
 
 def test_build_report_ratios():
     rows = [
-        benchmark.Measurement("single_env", ENV, 1, 1000, 1.0, 10, 0.0),
-        benchmark.Measurement("batch_env", ENV, 4, 3000, 1.0, 750, 0.0),
-        benchmark.Measurement("simulate_mock", ENV, 4, 1500, 1.0, 375, 0.0),
+        baselines.Measurement("single_env", ENV, 1, 1000, 1.0, 10, 0.0),
+        baselines.Measurement("batch_env", ENV, 4, 3000, 1.0, 750, 0.0),
+        baselines.Measurement("simulate_mock", ENV, 4, 1500, 1.0, 375, 0.0),
     ]
     machine = {"cpu_count": 2, "cpu": "test", "platform": "test", "python": "3.11",
                "tensorflow": "2.21", "gymnasium": "1.4", "mujoco": "4.0", "numpy": "2.4"}
-    report = benchmark.build_report(rows, {"seconds": 1.0, "warmup": 0.1, "min_updates": 1},
-                                    "cmd", machine=machine, date="today")
+    report = report_lib.build_report(rows, {"seconds": 1.0, "warmup": 0.1, "min_updates": 1},
+                                     "cmd", machine=machine, date="today")
     by_kind = {row["kind"]: row for row in report["rows"]}
     assert by_kind["batch_env"]["vs_single_env"] == pytest.approx(3.0)
     assert by_kind["batch_env"]["vs_core_limit"] == pytest.approx(1.5)
@@ -117,7 +121,7 @@ def test_build_report_ratios():
     assert by_kind["simulate_mock"]["baseline"] == "batch_env"
     assert by_kind["simulate_mock"]["vs_baseline"] == pytest.approx(0.5)
     assert "| 4 | `simulate_mock` | 1,500 | – | 1.50× | 0.75× | 0.50× `batch_env` |" in (
-        benchmark.markdown(report))
+        report_lib.markdown(report))
 
 
 def test_repeats_report_the_median_and_the_range(monkeypatch):
@@ -127,12 +131,13 @@ def test_repeats_report_the_median_and_the_range(monkeypatch):
     def fake(kind):
         def measure(env_id, num_envs=1, *args, **kwargs):
             sequence = rates.setdefault((kind, num_envs), iter([300, 100, 200]))
-            return benchmark.Measurement(kind, env_id, num_envs, next(sequence), 1.0, 1, 0.0)
+            return baselines.Measurement(kind, env_id, num_envs, next(sequence), 1.0, 1, 0.0)
         return measure
 
-    for name in ("single_env", "single_env_per_core", "simulate_mock", "ppo_inference",
-                 "ppo_training"):
-        monkeypatch.setattr(benchmark, f"measure_{name}", fake(name))
+    for module, name in ((baselines, "single_env"), (baselines, "single_env_per_core"),
+                         (simulate, "simulate_mock"), (simulate, "ppo_inference"),
+                         (simulate, "ppo_training")):
+        monkeypatch.setattr(module, f"measure_{name}", fake(name))
     lines = []
     results = benchmark.run_benchmark([NATIVE], [], native_sizes=[SIZE], log=lines.append,
                                       repeats=3, **TIMING)
@@ -141,70 +146,70 @@ def test_repeats_report_the_median_and_the_range(monkeypatch):
     for measurement in results:
         assert measurement.samples == (300, 100, 200)  # In the order they ran.
         assert measurement.steps_per_second == 200  # The median.
-    report = benchmark.build_report(results, {"seconds": 0.2, "warmup": 0.05,
-                                              "min_updates": 1, "repeats": 3}, "cmd")
-    assert "| 1 | `single_env` | 200 | 100–300 |" in benchmark.markdown(report)
+    report = report_lib.build_report(results, {"seconds": 0.2, "warmup": 0.05,
+                                               "min_updates": 1, "repeats": 3}, "cmd")
+    assert "| 1 | `single_env` | 200 | 100–300 |" in report_lib.markdown(report)
 
 
 def test_paired_ratio_takes_the_median_of_the_rounds():
     def measured(kind, samples):
         rate = sorted(samples)[(len(samples) - 1) // 2]
-        return benchmark.Measurement(kind, ENV, 4, int(rate), 1.0, 1, 0.0,
+        return baselines.Measurement(kind, ENV, 4, int(rate), 1.0, 1, 0.0,
                                      samples=tuple(samples))
 
     # Round 2 ran while the machine was slow for both kinds: the per-round ratios are 0.9,
     # 0.9 and 0.8; the ratio of the medians (450 / 1000) would say 0.45.
     ours = measured("simulate_mock_loop", [900, 450, 800])
     theirs = measured("batch_env", [1000, 500, 1000])
-    assert benchmark.paired_ratio(ours, theirs) == pytest.approx(0.9)
-    unrepeated = benchmark.Measurement("batch_env", ENV, 4, 2000, 1.0, 1, 0.0)
-    assert benchmark.paired_ratio(ours, unrepeated) == pytest.approx(800 / 2000)
-    assert benchmark.paired_ratio(ours, None) is None
+    assert report_lib.paired_ratio(ours, theirs) == pytest.approx(0.9)
+    unrepeated = baselines.Measurement("batch_env", ENV, 4, 2000, 1.0, 1, 0.0)
+    assert report_lib.paired_ratio(ours, unrepeated) == pytest.approx(800 / 2000)
+    assert report_lib.paired_ratio(ours, None) is None
 
 
 def test_goals_are_checked_against_their_rows():
     rows = [{"env": "HalfCheetah-v5", "kind": "simulate_mock_processes", "num_envs": 32,
              "vs_baseline": 1.2}]
     pairs = [
-        benchmark.PairedMeasurement("simulate_mock_loop", "batch_env", "Pendulum-v1", 32,
+        baselines.PairedMeasurement("simulate_mock_loop", "batch_env", "Pendulum-v1", 32,
                                     (0.7, 0.85, 0.9), 850.0, 1000.0, 0.0),
-        benchmark.PairedMeasurement("simulate_mock_processes", "single_env", "HalfCheetah-v5",
+        baselines.PairedMeasurement("simulate_mock_processes", "single_env", "HalfCheetah-v5",
                                     32, (1.5, 1.6, 1.7), 1600.0, 1000.0, 0.0)]
     learning = [{"seconds_to_threshold": 50.0}, {"seconds_to_threshold": 130.0}]
-    goals = benchmark.check_goals(rows, pairs, learning, cpu_count=2)
+    goals = report_lib.check_goals(rows, pairs, learning, cpu_count=2)
     assert [(goal["value"], goal["met"]) for goal in goals] == [
         (0.85, True), (1.2, False), (0.8, True), (None, None), (130.0, False)]
     # A seed that never reached the threshold fails the learning goal.
-    never = benchmark.check_goals(rows, pairs, [{"seconds_to_threshold": None}], 2)[-1]
+    never = report_lib.check_goals(rows, pairs, [{"seconds_to_threshold": None}], 2)[-1]
     assert never["value"] == float("inf") and never["met"] is False
-    text = "\n".join(benchmark._goals_markdown(goals))
+    text = "\n".join(report_lib._goals_markdown(goals))
     assert "| 0.85× | yes |" in text and "| not measured | – |" in text
     assert "| 130 s (slowest seed) | **no** |" in text
 
 
 def test_paired_measurement_alternates_windows():
-    pair = benchmark.measure_paired(ENV, SIZE, "simulate_mock_loop", "batch_env", 3,
-                                    seconds=0.5, warmup=0.05, window=0.05)
+    pair = simulate.measure_paired(ENV, SIZE, "simulate_mock_loop", "batch_env", 3,
+                                   seconds=0.5, warmup=0.05, window=0.05)
     assert (pair.kind, pair.baseline, pair.env, pair.num_envs) == (
         "simulate_mock_loop", "batch_env", ENV, SIZE)
     assert len(pair.ratios) >= 2 and all(ratio > 0 for ratio in pair.ratios)
     assert pair.steps_per_second > 0 and pair.baseline_steps_per_second > 0
     assert multiprocessing.active_children() == []
-    report = benchmark.build_report([], {"seconds": 0.2, "warmup": 0.05, "min_updates": 1},
-                                    "cmd", pairs=[pair])
+    report = report_lib.build_report([], {"seconds": 0.2, "warmup": 0.05, "min_updates": 1},
+                                     "cmd", pairs=[pair])
     assert report["pairs"][0]["ratio"] == pair.ratio
-    assert "## Paired measurements" in benchmark.markdown(report)
+    assert "## Paired measurements" in report_lib.markdown(report)
 
 
 def test_learning_run_reports_the_time_to_the_threshold(tmp_path):
     # A short run; every eval return is above -1e6, so the first eval reaches it.
-    run = benchmark.measure_learning(3, 2000, tmp_path, threshold=-1e6)
+    run = simulate.measure_learning(3, 2000, tmp_path, threshold=-1e6)
     assert run["seed"] == 3 and run["steps"] == 2000
     assert run["steps_to_threshold"] == 2000  # The first eval, after the first phase.
     assert 0 < run["training_seconds_to_threshold"] <= run["seconds_to_threshold"]
     assert run["seconds_to_threshold"] <= run["command_seconds"]
     assert run["final_return"] == run["best_return"] < 0  # Pendulum's returns are negative.
     assert (tmp_path / "seed-3" / "config.yaml").exists()
-    unreachable = benchmark.measure_learning(3, 2000, tmp_path, threshold=1.0)  # Resumes.
+    unreachable = simulate.measure_learning(3, 2000, tmp_path, threshold=1.0)  # Resumes.
     assert unreachable["seconds_to_threshold"] is None
     assert unreachable["steps_to_threshold"] is None

@@ -1,5 +1,6 @@
 """scripts/time_breakdown.py, scripts/update_benchmark.py and the docs/performance.md
-section they share with scripts/throughput_benchmark.py."""
+section they share with scripts/throughput_benchmark.py (its report:
+scripts/throughput_report.py)."""
 
 import pathlib
 import sys
@@ -9,7 +10,7 @@ import pytest
 from batchrl.scripts import configs
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import throughput_benchmark  # noqa: E402
+import throughput_report  # noqa: E402
 import time_breakdown  # noqa: E402
 import update_benchmark  # noqa: E402
 
@@ -57,8 +58,8 @@ def test_section_is_replaced_and_kept_by_the_throughput_report(tmp_path, monkeyp
            "machine": "2 CPUs", "seconds": {key: 1.0 for key in time_breakdown.CATEGORIES}}
     time_breakdown.write_section(path, time_breakdown.markdown({"before": [run]}))
     assert "### before" in path.read_text() and "| start-up | 1.00 (10%) |" in path.read_text()
-    monkeypatch.setattr(throughput_benchmark, "markdown", lambda report: "# Throughput\n")
-    throughput_benchmark.write_markdown({}, path)
+    monkeypatch.setattr(throughput_report, "markdown", lambda report: "# Throughput\n")
+    throughput_report.write_markdown({}, path)
     text = path.read_text()
     assert text.startswith("# Throughput\n") and "### before" in text
     time_breakdown.write_section(path, time_breakdown.markdown({"after": [run]}))
