@@ -50,11 +50,14 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
 LOG_NAME = "train.log"
 # What each config should reach (issue "Learn fast"; published tuned PPO results at 1M
 # steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
-# (and `worst_seconds` and `command_seconds` on every seed).
+# (and `worst_seconds` and `command_seconds` on every seed). `median_seconds_untraced`
+# leaves out the time spent tracing and optimizing the step function, as the JAX peer's
+# 4.4 s for pendulum_native leaves out its compilation (issue "Learn fast": 4.1-6.2 s of
+# training, 7.6-10.7 s with compilation); the table shows both.
 TARGETS = {
     "pendulum": dict(median_seconds=10, worst_seconds=15, max_steps=40_000,
                      command_seconds=30),
-    "pendulum_native": dict(median_seconds=4),
+    "pendulum_native": dict(median_seconds_untraced=4),
     "cartpole": dict(median_seconds=30),
     "cheetah": dict(final_return=5819),
     "hopper": dict(final_return=2410),
@@ -183,6 +186,23 @@ def _median(values):
     return float(np.median(values)) if values else None
 
 
+def _median_reached(values, rows):
+    """The median of one column over the rows that have a final return, None (the
+    threshold not reached) counting as infinite."""
+    values = [np.inf if value is None else value
+              for value, row in zip(values, rows, strict=True) if row["final_return"] is not None]
+    value = float(np.median(values)) if values else None
+    return None if value is None or np.isinf(value) else value
+
+
+def untraced_seconds(row):
+    """The training seconds to the threshold without the step function's tracing (None
+    where either is unknown)."""
+    if row["seconds_to_threshold"] is None or row.get("tracing_seconds") is None:
+        return None
+    return row["seconds_to_threshold"] - row["tracing_seconds"]
+
+
 def median_row(rows):
     """The median over seeds of each column; a threshold not reached counts as infinite,
     so the median is "not reached" when at most half of the seeds reached it."""
@@ -192,10 +212,11 @@ def median_row(rows):
         median[key] = _median([row[key] for row in rows])
     median["tracing_seconds"] = _median([row.get("tracing_seconds") for row in rows])
     for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
-        values = [np.inf if row[key] is None else row[key] for row in rows
-                  if row["final_return"] is not None]
-        value = float(np.median(values)) if values else None
-        median[key] = None if value is None or np.isinf(value) else value
+        median[key] = _median_reached([row[key] for row in rows], rows)
+    if all(row.get("tracing_seconds") is not None for row in rows
+           if row["seconds_to_threshold"] is not None):
+        median["untraced_seconds"] = _median_reached(
+            [untraced_seconds(row) for row in rows], rows)
     median["target_steps"] = None
     return median
 
@@ -256,6 +277,14 @@ def target_text(config, rows):
         checks.append((f"≤ {target['median_seconds']} s of training to the threshold "
                        f"(median seed)", value is not None
                        and value <= target["median_seconds"]))
+    if "median_seconds_untraced" in target:
+        value = untraced_seconds(median) if len(rows) == 1 else median.get(
+            "untraced_seconds")
+        measured = "not reached" if value is None else f"{value:.1f} s"
+        checks.append((f"≤ {target['median_seconds_untraced']} s of training to the "
+                       f"threshold without tracing (median seed: {measured}; the peer's "
+                       f"figure is without compilation)", value is not None
+                       and value <= target["median_seconds_untraced"]))
     if "worst_seconds" in target:
         checks.append((f"≤ {target['worst_seconds']} s (every seed)",
                        _all_within(rows, "seconds_to_threshold", target["worst_seconds"])))

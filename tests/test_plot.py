@@ -202,3 +202,25 @@ def test_report_table_holds_the_expected_numbers(bench, tmp_path):
     assert "![fake learning curves](fake.png)" in text
     image = matplotlib.image.imread(output.parent / "fake.png")
     assert image.shape[0] > 100
+
+
+def _row(seed, seconds, tracing):
+    return dict(seed=seed, final_step=60_000, final_return=-150.0, best_return=-150.0,
+                total_hours=0.01, hours_per_million=0.1, steps_per_second=7000.0,
+                steps_to_threshold=None if seconds is None else 20_000,
+                seconds_to_threshold=seconds, command_seconds=seconds and seconds + 3,
+                tracing_seconds=tracing, target_steps=None)
+
+
+def test_untraced_target_leaves_out_tracing():
+    # 8.0 - 4.5 = 3.5 and 7.3 - 4.4 = 2.9 s without tracing; the third seed never reached
+    # the threshold (infinite): the median is 3.5 s, within 4 s, though 8.0 s with tracing.
+    rows = [_row(0, 8.0, 4.5), _row(1, 7.3, 4.4), _row(2, None, 5.6)]
+    assert learning_benchmark.median_row(rows)["untraced_seconds"] == pytest.approx(3.5)
+    text = learning_benchmark.target_text("pendulum_native", rows)
+    assert "median seed: 3.5 s" in text and text.endswith(": met.")
+    slow = [_row(0, 9.0, 4.5), _row(1, 9.5, 4.4), _row(2, 12.0, 5.6)]
+    assert learning_benchmark.target_text("pendulum_native", slow).endswith("**not met**.")
+    # Most seeds not reached: no median.
+    lost = [_row(0, 8.0, 4.5), _row(1, None, 4.4), _row(2, None, 5.6)]
+    assert "not reached" in learning_benchmark.target_text("pendulum_native", lost)
