@@ -20,23 +20,25 @@ def _train(*args):
                           capture_output=True, text=True, timeout=600, env=env)
 
 
-@pytest.mark.parametrize("env_processes", ["false", "true"])
-def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_processes):
+@pytest.mark.parametrize("env, env_processes", [
+    ("Pendulum-v1", "false"), ("Pendulum-v1", "true"), ("envpool:Pendulum-v1", "true")])
+def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env,
+                                                                  env_processes):
     logdir = tmp_path / "run"
-    result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT,
-                    "--set", f"env_processes={env_processes}")
+    backend = ["--set", f"env={env}", "--set", f"env_processes={env_processes}"]
+    result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT, *backend)
     assert result.returncode == 0, result.stderr
     assert "Final eval mean_score" in result.stdout
     assert "tf.function traces: 1 (train and eval phases share it" in result.stdout
+    assert "UserWarning" not in result.stderr
     saved = configs.read_run_config(logdir / "config.yaml")
-    assert saved.steps == 2000 and saved.env == "Pendulum-v1"
+    assert saved.steps == 2000 and saved.env == env
     assert (logdir / "ckpt-2000.index").exists()
     assert list((logdir / "train").glob("events.out.tfevents.*"))
     assert list((logdir / "eval").glob("events.out.tfevents.*"))
     # The same command with more steps resumes from the checkpoint.
     more = [arg.replace("steps=2000", "steps=3000") for arg in SHORT]
-    result = _train("--config=pendulum", f"--logdir={logdir}", *more,
-                    "--set", f"env_processes={env_processes}")
+    result = _train("--config=pendulum", f"--logdir={logdir}", *more, *backend)
     assert result.returncode == 0, result.stderr
     assert "Resuming" in result.stdout and "step 2,000" in result.stdout
     assert (logdir / "ckpt-3000.index").exists()
@@ -76,6 +78,8 @@ def test_environment_given_as_module_and_class(tmp_path):
     (["--set", "num_agnts=4"], "unknown config key 'num_agnts'"),
     (["--set", "discount=2"], "'discount' must be between 0 and 1"),
     (["--set", "env=Pendulum-v9"], "unknown Gymnasium environment id 'Pendulum-v9'"),
+    (["--set", "env=envpool:Pendulum-v9"],
+     "EnvPool has no task 'Pendulum-v9'; close matches: Pendulum-v1"),
     (["--set", "network=lstm"], "unknown network 'lstm'"),
 ])
 def test_user_mistakes_are_one_line_errors(tmp_path, capsys, args, message):

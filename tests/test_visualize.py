@@ -123,10 +123,28 @@ def test_checkpoint_of_another_network_is_a_one_line_error(run_dir, tmp_path):
     _assert_one_line_error(result, "does not fit the agent of the run's config")
 
 
-def test_native_environment_is_rendered_through_its_gymnasium_equivalent(tmp_path):
+def test_envpool_task_without_a_gymnasium_twin_is_a_one_line_error(run_dir, tmp_path):
+    logdir = tmp_path / "dmc"
+    logdir.mkdir()
+    for path in run_dir.iterdir():
+        if path.is_file():
+            (logdir / path.name).write_bytes(path.read_bytes())
+    text = (logdir / "config.yaml").read_text()
+    (logdir / "config.yaml").write_text(
+        text.replace("env: Pendulum-v1", "env: envpool:CheetahRun-v1"))
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
+    _assert_one_line_error(result, "cannot render envpool:CheetahRun-v1: EnvPool has no "
+                                   "renderer, and Gymnasium has no environment")
+
+
+@pytest.mark.parametrize("config, overrides", [
+    ("pendulum_native", ["--set", "steps_per_call=10"]),
+    ("pendulum", ["--set", "env=envpool:Pendulum-v1"]),
+])
+def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
+        tmp_path, config, overrides):
     logdir = tmp_path / "run"
-    result = _run("train", "--config=pendulum_native", f"--logdir={logdir}", *SHORT,
-                  "--set", "steps_per_call=10")
+    result = _run("train", f"--config={config}", f"--logdir={logdir}", *SHORT, *overrides)
     assert result.returncode == 0, result.stderr
     outdir = tmp_path / "videos"
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",

@@ -6,6 +6,8 @@ called with the keyword arguments `env_kwargs`. A `module:attribute` may also na
 in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true class attribute
 `in_graph`): the whole batch is then one object built in this process, in TensorFlow, and
 `gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
+`envpool:TASK` names an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`): the whole batch is
+one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process.
 """
 
 import difflib
@@ -15,9 +17,27 @@ import importlib
 import gymnasium as gym
 
 from batchrl.scripts.configs import ConfigError
+from batchrl.tools import envpool_env
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv
 from batchrl.tools.wrappers import standard_wrappers
+
+ENVPOOL_PREFIX = "envpool:"
+
+
+def envpool_task(env):
+    """The EnvPool task id of `env` = "envpool:TASK", or None for any other `env`."""
+    return env[len(ENVPOOL_PREFIX):] if env.startswith(ENVPOOL_PREFIX) else None
+
+
+def _check_envpool_task(task):
+    try:
+        envpool_env.check_task_id(task)
+    except ImportError:
+        raise ConfigError(f"config key 'env': {ENVPOOL_PREFIX}{task} needs EnvPool: "
+                          f"pip install envpool") from None
+    except ValueError as error:
+        raise ConfigError(f"config key 'env': {error}") from None
 
 
 def _resolve(env):
@@ -37,7 +57,11 @@ def _resolve(env):
 
 def check_env_id(env):
     """Raises `ConfigError` for an unregistered id (naming close registered ids) or a
-    `module:attribute` that cannot be imported."""
+    `module:attribute` that cannot be imported, or an EnvPool task EnvPool does not have
+    (naming close task ids)."""
+    if envpool_task(env) is not None:
+        _check_envpool_task(envpool_task(env))
+        return
     if ":" in env:
         _resolve(env)
         return
@@ -54,15 +78,20 @@ def native_class(env):
 
     Imports the module of a `module:attribute` (TensorFlow for `batchrl.envs`).
     """
-    if ":" not in env:
+    if ":" not in env or envpool_task(env) is not None:
         return None
     constructor = _resolve(env)
     return constructor if getattr(constructor, "in_graph", False) is True else None
 
 
 def gymnasium_id(env):
-    """The Gymnasium environment that `env` is or stands for: `env` itself, or the
-    `gymnasium_id` of an in-graph environment class (to render it, for example)."""
+    """The Gymnasium environment that `env` is or stands for: `env` itself, the
+    `gymnasium_id` of an in-graph environment class (to render it, for example), or the
+    Gymnasium id of the same name as an EnvPool task (None where Gymnasium has none, as
+    for the DeepMind Control tasks)."""
+    task = envpool_task(env)
+    if task is not None:
+        return task if task in gym.registry else None
     native = native_class(env)
     return native.gymnasium_id if native else env
 
@@ -77,6 +106,10 @@ def episode_limit(config):
     """
     if config.max_length:
         return config.max_length
+    task = envpool_task(config.env)
+    if task is not None:
+        _check_envpool_task(task)
+        return envpool_env.episode_limit(task)
     env = gymnasium_id(config.env)
     limit = None if ":" in env else gym.spec(env).max_episode_steps
     if not limit:
@@ -112,8 +145,17 @@ def create_batch(config):
 
     The environments' random generators are seeded with `config.seed + index`. For an
     in-graph environment class (`native_class`), returns that class's instance for the
-    whole batch, seeded with `config.seed` (`env_processes` does not apply).
+    whole batch, seeded with `config.seed`; for `envpool:TASK`, an `EnvPoolBatchEnv` of
+    `config.num_workers` threads (None: one per core). `env_processes` applies to neither.
     """
+    task = envpool_task(config.env)
+    if task is not None:
+        _check_envpool_task(task)
+        batch_env = envpool_env.EnvPoolBatchEnv(
+            task, config.num_agents, num_threads=config.num_workers, seed=config.seed,
+            max_episode_steps=episode_limit(config), kwargs=config.env_kwargs)
+        batch_env.reset(seed=config.seed)
+        return batch_env
     native = native_class(config.env)
     if native:
         return native(config.num_agents, max_episode_steps=episode_limit(config),

@@ -172,7 +172,8 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
       "video": str (file name in outdir)}`, also written to `outdir/returns.json`.
 
     Raises:
-      ConfigError: the config names an unknown environment or network, or the checkpoint
+      ConfigError: the config names an unknown environment or network, or an EnvPool task
+        without a Gymnasium environment of the same id to render it, or the checkpoint
         does not fit the agent of the config (variables of other shapes).
     """
     import imageio.v2 as imageio
@@ -188,9 +189,15 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     agent_lib.check(config)
     limit = environments.episode_limit(config)
     limit = min(max_steps, limit) if max_steps else limit
-    # An in-graph environment is rendered through its Gymnasium equivalent (same dynamics).
+    # An in-graph or EnvPool environment is rendered through its Gymnasium equivalent (the
+    # same dynamics); EnvPool's keyword arguments are its own, not Gymnasium's.
     env_id = environments.gymnasium_id(config.env)
-    env = ExternalProcess(functools.partial(_create_env, env_id, limit, config.env_kwargs),
+    if env_id is None:
+        raise configs.ConfigError(
+            f"cannot render {config.env}: EnvPool has no renderer, and Gymnasium has no "
+            f"environment of the id {environments.envpool_task(config.env)!r}")
+    kwargs = None if environments.envpool_task(config.env) else config.env_kwargs
+    env = ExternalProcess(functools.partial(_create_env, env_id, limit, kwargs),
                           name=f"{env_id} (rendering)")
     batch_env = BatchEnv([env], blocking=False)
     try:

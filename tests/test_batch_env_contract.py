@@ -1,0 +1,196 @@
+"""The batch-environment contract (DESIGN.md, Environments) on every backend: `BatchEnv`
+in-process, `ParallelBatchEnv` workers and EnvPool, each on the same Gymnasium tasks."""
+
+import functools
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from batchrl.scripts import configs, environments
+from batchrl.tools.batch_env import BatchEnv
+from batchrl.tools.envpool_env import EnvPoolBatchEnv
+from batchrl.tools.parallel_batch_env import ParallelBatchEnv
+
+BACKENDS = ["batch_env", "parallel_batch_env", "envpool"]
+
+
+def make_batch(backend, task, num_envs, max_episode_steps=None):
+    """`num_envs` environments of the Gymnasium / EnvPool task `task` on `backend`."""
+    if backend == "envpool":
+        return EnvPoolBatchEnv(task, num_envs, num_threads=2,
+                               max_episode_steps=max_episode_steps)
+    constructor = functools.partial(environments.create, task, max_episode_steps)
+    if backend == "parallel_batch_env":
+        return ParallelBatchEnv(constructor, num_envs, num_workers=2, name=task)
+    return BatchEnv([constructor() for _ in range(num_envs)], blocking=True)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+@pytest.mark.parametrize("task,observ_shape,action_space", [
+    ("Pendulum-v1", (3,), spaces.Box(-1.0, 1.0, (1,), np.float32)),
+    ("CartPole-v1", (4,), spaces.Discrete(2)),
+    ("HalfCheetah-v5", (17,), spaces.Box(-1.0, 1.0, (6,), np.float32)),
+])
+def test_spaces_shapes_and_dtypes(backend, task, observ_shape, action_space):
+    with make_batch(backend, task, 3) as batch_env:
+        assert len(batch_env) == 3
+        assert batch_env.observation_space.shape == observ_shape
+        assert batch_env.observation_space.dtype == np.float32
+        assert batch_env.action_space == action_space
+        observ, infos = batch_env.reset(seed=0)
+        assert observ.shape == (3, *observ_shape) and observ.dtype == np.float32
+        assert len(infos) == 3
+        actions = np.stack([action_space.sample() for _ in range(3)])
+        observ, reward, terminated, truncated, infos = batch_env.step(actions)
+        assert observ.shape == (3, *observ_shape) and observ.dtype == np.float32
+        assert reward.shape == (3,) and reward.dtype == np.float32
+        assert terminated.dtype == bool and truncated.dtype == bool
+        assert terminated.shape == truncated.shape == (3,) and len(infos) == 3
+
+
+def test_seed_makes_runs_repeatable_and_env_i_gets_seed_plus_i(backend):
+    # The same actions for every env, so that env 1 of one run and env 0 of another match.
+    actions = np.repeat(np.random.default_rng(0).uniform(-1, 1, (5, 1, 1)), 3, axis=1)
+
+    def run(seed):
+        with make_batch(backend, "Pendulum-v1", 3) as batch_env:
+            outputs = [batch_env.reset(seed=seed)[0]]
+            outputs += [batch_env.step(action)[0] for action in actions]
+            return np.stack(outputs)
+
+    first, again, shifted = run(7), run(7), run(8)
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first[:, 1], shifted[:, 0])  # Env 1 of seed 7 = env 0 of 8.
+    assert not np.array_equal(first[:, 0], first[:, 1])
+
+
+def test_reset_of_a_subset_leaves_the_others_running(backend):
+    actions = np.random.default_rng(1).uniform(-1, 1, (6, 4, 1))
+    with make_batch(backend, "Pendulum-v1", 4) as batch_env, \
+            make_batch(backend, "Pendulum-v1", 4) as twin:
+        for env in (batch_env, twin):
+            env.reset(seed=3)
+            for action in actions[:3]:
+                env.step(action)
+        observ, infos = batch_env.reset(np.array([3, 1]))
+        assert observ.shape == (2, 3) and len(infos) == 2
+        for action in actions[3:]:
+            got, expected = batch_env.step(action)[0], twin.step(action)[0]
+            np.testing.assert_array_equal(got[[0, 2]], expected[[0, 2]])
+            assert not np.allclose(got[[1, 3]], expected[[1, 3]])
+        observ, infos = batch_env.reset([])
+        assert observ.shape == (0, 3) and len(infos) == 0
+        with pytest.raises(IndexError, match="batch index 4"):
+            batch_env.reset([0, 4])
+
+
+def test_time_limit_truncates_and_returns_the_final_observation(backend):
+    with make_batch(backend, "Pendulum-v1", 2, max_episode_steps=4) as batch_env:
+        batch_env.reset(seed=0)
+        for step in range(1, 5):
+            observ, _, terminated, truncated, _ = batch_env.step(np.full((2, 1), 0.5))
+            assert not terminated.any()
+            assert truncated.all() == (step == 4) and truncated.any() == (step == 4)
+        # The final observation, not the first of a new episode: the next episode begins
+        # only with reset, from another state.
+        first, _ = batch_env.reset()
+        assert not np.allclose(first, observ)
+        _, _, _, truncated, _ = batch_env.step(np.zeros((2, 1)))
+        assert not truncated.any()
+
+
+def test_falling_pole_terminates_without_truncation(backend):
+    with make_batch(backend, "CartPole-v1", 1) as batch_env:
+        batch_env.reset(seed=0)
+        for _ in range(30):  # Always pushing right: the pole falls within ~10 steps.
+            observ, reward, terminated, truncated, _ = batch_env.step(np.array([1]))
+            if terminated[0] or truncated[0]:
+                break
+        assert terminated[0] and not truncated[0]
+        assert abs(observ[0, 2]) > 0.2  # The pole angle past the 12 degree limit.
+        assert reward[0] == 1.0
+
+
+def test_wrong_action_shape_raises_and_keeps_the_batch_usable(backend):
+    with make_batch(backend, "HalfCheetah-v5", 2) as batch_env:
+        batch_env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"expected actions of shape \(2, 6\).*\(2, 5\)"):
+            batch_env.step(np.zeros((2, 5)))
+        observ, *_ = batch_env.step(np.zeros((2, 6)))
+        assert observ.shape == (2, 17)
+
+
+def test_nan_action_gives_a_non_finite_error_naming_the_env(backend):
+    with make_batch(backend, "Pendulum-v1", 3) as batch_env:
+        batch_env.reset(seed=0)
+        actions = np.zeros((3, 1), np.float32)
+        actions[1] = np.nan
+        with pytest.raises(ValueError, match=r"env 1\b.*non-finite (observation|reward)"):
+            batch_env.step(actions)
+
+
+def test_envpool_action_bounds_are_mapped_from_minus_one_one():
+    # Pendulum's torque bounds are [-2, 2]: the agent's 1.0 is 2.0 N m, and actions outside
+    # [-1, 1] are clipped. The swing from rest under a constant torque tells them apart.
+    def speed(action):
+        with EnvPoolBatchEnv("Pendulum-v1", 1, num_threads=1) as batch_env:
+            batch_env.reset(seed=0)
+            for _ in range(3):
+                observ, *_ = batch_env.step(np.array([[action]]))
+            return observ[0, 2]
+
+    assert speed(1.0) == pytest.approx(speed(5.0))
+    assert speed(1.0) > speed(0.5) > speed(0.0)
+
+
+def test_envpool_refuses_to_step_an_ended_episode():
+    with EnvPoolBatchEnv("Pendulum-v1", 2, num_threads=1, max_episode_steps=2) as batch_env:
+        with pytest.raises(RuntimeError, match="env 0 .*reset it before stepping"):
+            batch_env.step(np.zeros((2, 1)))
+        batch_env.reset(seed=0)
+        batch_env.step(np.zeros((2, 1)))
+        batch_env.step(np.zeros((2, 1)))  # Both episodes end (time limit).
+        batch_env.reset([1])
+        with pytest.raises(RuntimeError, match="env 0 .*reset it before stepping"):
+            batch_env.step(np.zeros((2, 1)))
+        batch_env.reset([0])
+        *_, infos = batch_env.step(np.zeros((2, 1)))
+        assert [info["elapsed_step"] for info in infos] == [1, 1]  # Stepped, not reset.
+
+
+def test_envpool_seeded_reset_needs_every_env():
+    with EnvPoolBatchEnv("Pendulum-v1", 3, num_threads=1) as batch_env:
+        with pytest.raises(ValueError, match="resets all 3 environments"):
+            batch_env.reset([0, 2], seed=1)
+        batch_env.close()
+        batch_env.close()  # Idempotent.
+
+
+def test_envpool_deepmind_control_observations_are_flattened():
+    with EnvPoolBatchEnv("CheetahRun-v1", 2, num_threads=1) as batch_env:
+        assert batch_env.observation_space == spaces.Box(-np.inf, np.inf, (17,), np.float32)
+        observ, _ = batch_env.reset(seed=0)
+        assert observ.shape == (2, 17) and np.isfinite(observ).all()
+
+
+def test_envpool_config_key_and_errors():
+    config = configs.load("cheetah", ["env=envpool:HalfCheetah-v5", "num_agents=2",
+                                      "num_workers=1"])
+    assert environments.episode_limit(config) == 1000
+    assert environments.gymnasium_id(config.env) == "HalfCheetah-v5"
+    assert environments.gymnasium_id("envpool:CheetahRun-v1") is None
+    assert environments.native_class(config.env) is None
+    batch_env = environments.create_batch(config)
+    try:
+        assert isinstance(batch_env, EnvPoolBatchEnv) and len(batch_env) == 2
+        observ, *_ = batch_env.step(np.zeros((2, 6)))  # Reset (and seeded) by create_batch.
+        assert observ.shape == (2, 17)
+    finally:
+        batch_env.close()
+    with pytest.raises(configs.ConfigError, match="close matches: HalfCheetah-v5"):
+        environments.check_env_id("envpool:HalfCheeta-v5")
