@@ -44,7 +44,10 @@ run and one process, environment steps per second (every environment's step coun
 
 An in-graph environment (`batchrl.envs:Pendulum`, batch sizes `--native-sizes`) gets
 `single_env` of its Gymnasium equivalent and `simulate_mock_loop` (compiled with XLA),
-`ppo_inference` and `ppo_training`, all K steps per call.
+`ppo_inference` and `ppo_training`, all K steps per call. An EnvPool task
+(`envpool:HalfCheetah-v5`, batch sizes `--sizes`) gets `single_env` of the Gymnasium
+environment of the same id, `batch_env` (EnvPool's own batch stepping, as training builds
+it), `simulate_mock_loop`, `ppo_inference` and `ppo_training`.
 
 The goals compared with a baseline of the same process (`GOALS`) are then measured once
 more with both sides timed in alternating windows of 0.25 s for `--pair-seconds` seconds
@@ -111,7 +114,8 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
     hold every repeat's steps/s). The single environment is repeated likewise, first.
 
     Args:
-      envs: Gymnasium ids and in-graph environments (`batchrl.envs:Pendulum`).
+      envs: Gymnasium ids, in-graph environments (`batchrl.envs:Pendulum`) and EnvPool
+        tasks (`envpool:HalfCheetah-v5`).
       sizes: batch sizes of Gymnasium environments.
       seconds, warmup: the timed budget and the warm-up of each measurement, in seconds.
       min_updates, max_train_seconds: see `measure_ppo_training`.
@@ -182,6 +186,19 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
                             **training),
                 ])
             continue
+        if environments.envpool_task(env_id) is not None:
+            # EnvPool's own batch stepping, and simulate and BatchPPO around it.
+            for size in sizes:
+                run_group([
+                    partial(baselines.measure_batch_env, env_id, size, "batch_env", **timing),
+                    partial(simulate.measure_simulate_mock, env_id, size, False,
+                            steps_per_call, **timing),
+                    partial(simulate.measure_ppo_inference, env_id, size, steps_per_call,
+                            **timing),
+                    partial(simulate.measure_ppo_training, env_id, size, steps_per_call,
+                            **training),
+                ])
+            continue
         for size in sizes:
             run_group([
                 *(partial(baselines.measure_batch_env, env_id, size, kind, **timing)
@@ -204,7 +221,7 @@ def run_pairs(envs, seconds, warmup, steps_per_call=100, log=print, inter_op_thr
     """Runs `measure_paired` for every pair of `PAIRS` of an environment in `envs`.
 
     Args:
-      envs: Gymnasium ids; pairs of other environments are skipped.
+      envs: environment ids; pairs of other environments are skipped.
       seconds, warmup, steps_per_call: see `measure_paired`.
       log: callable receiving one line per pair.
       inter_op_threads, own_inter_op_threads: see `run_benchmark`; the threads are those

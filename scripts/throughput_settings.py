@@ -7,7 +7,8 @@ KINDS = {
     "single_env": "1 env, plain Python loop (per-core reference)",
     "single_env_per_core": "1 env per core, plain Python loops in `os.cpu_count()` processes "
                            "at once (the core limit, measured)",
-    "batch_env": "BatchEnv, in-process (blocking)",
+    "batch_env": "BatchEnv, in-process (blocking); for `envpool:TASK`, the EnvPool batch "
+                 "(C++ threads) stepped from Python",
     "batch_env_processes": "BatchEnv, one ExternalProcess worker per env (non-blocking)",
     "parallel_batch_env": "ParallelBatchEnv, one worker per core hosting several envs, "
                           "shared memory",
@@ -36,13 +37,16 @@ BASELINES = {
 
 # The config that BatchPPO is built from, per environment id (see `config_name`).
 CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
-                "batchrl.envs:Pendulum": "pendulum_native"}
+                "batchrl.envs:Pendulum": "pendulum_native",
+                "envpool:HalfCheetah-v5": "cheetah"}
 
-DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"],
+DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum",
+                      "envpool:HalfCheetah-v5"],
                 sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=2.0,
                 warmup=1.0, min_updates=1, repeats=5, inter_op_threads=None,
                 learning_seeds=[0, 1, 2], learning_steps=400_000, pair_seconds=20.0)
-QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum"], sizes=[2, 4],
+QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum",
+                   "envpool:Pendulum-v1"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
              repeats=1, inter_op_threads=None, learning_seeds=[], learning_steps=400_000,
              pair_seconds=0.0)
@@ -58,6 +62,8 @@ PAIRS = [
     ("Pendulum-v1", 32, "simulate_mock_loop", "batch_env"),
     ("HalfCheetah-v5", 32, "simulate_mock_processes", "single_env"),
     ("HalfCheetah-v5", 32, "simulate_mock_processes", "single_env_per_core"),
+    ("envpool:HalfCheetah-v5", 32, "simulate_mock_loop", "batch_env"),
+    ("envpool:HalfCheetah-v5", 32, "simulate_mock_loop", "single_env"),
 ]
 
 # The goals of the throughput work (issue 4), checked in the report. `measure` is a row's
@@ -78,6 +84,14 @@ GOALS = [
               "a plain loop, times 2)",
          env="HalfCheetah-v5", num_envs=32, measure="paired", kind="simulate_mock_processes",
          baseline="single_env", target=0.7),
+    dict(what="`simulate` + MockAlgorithm, EnvPool HalfCheetah-v5 (`envpool:`), 32 envs, K "
+              "steps per call, vs EnvPool's own batch stepping (paired windows; issue 16)",
+         env="envpool:HalfCheetah-v5", num_envs=32, measure="paired",
+         kind="simulate_mock_loop", baseline="batch_env", target=0.8),
+    dict(what="the same, vs Gymnasium's 2-core raw limit (paired windows with one "
+              "Gymnasium HalfCheetah-v5 in a plain loop, times 2; issue 16)",
+         env="envpool:HalfCheetah-v5", num_envs=32, measure="paired",
+         kind="simulate_mock_loop", baseline="single_env", target=1.2),
     dict(what="`simulate` + MockAlgorithm, in-graph Pendulum, 4,096 envs (XLA): steps/s",
          env="batchrl.envs:Pendulum", num_envs=4096, measure="steps_per_second",
          kind="simulate_mock_loop", target=1_000_000),

@@ -1,5 +1,5 @@
 """scripts/throughput_benchmark.py (and its modules, scripts/throughput_*.py) in quick mode
-on Pendulum (Gymnasium's and the in-graph one) with 2 environments.
+on Pendulum (Gymnasium's, the in-graph one and EnvPool's) with 2 environments.
 
 No timing assertions (the machine may be busy): every measurement runs, reports a positive
 rate, closes its worker processes, and the JSON and Markdown reports hold every row.
@@ -23,7 +23,9 @@ import throughput_simulate as simulate  # noqa: E402
 ENV = "Pendulum-v1"
 NATIVE = "batchrl.envs:Pendulum"
 SIZE = 2
+ENVPOOL = "envpool:Pendulum-v1"
 NATIVE_KINDS = {"single_env", "simulate_mock_loop", "ppo_inference", "ppo_training"}
+ENVPOOL_KINDS = NATIVE_KINDS | {"batch_env"}
 TIMING = dict(seconds=0.2, warmup=0.05)
 
 
@@ -33,7 +35,8 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     json_path, markdown_path = out / "performance.json", out / "performance.md"
     code = benchmark.main([
-        "--quick", "--envs", ENV, NATIVE, "--sizes", str(SIZE), "--native-sizes", str(SIZE),
+        "--quick", "--envs", ENV, NATIVE, ENVPOOL, "--sizes", str(SIZE),
+        "--native-sizes", str(SIZE),
         "--steps-per-call", "3", "--seconds", str(TIMING["seconds"]),
         "--warmup", str(TIMING["warmup"]), "--json", str(json_path),
         "--output", str(markdown_path)])
@@ -46,10 +49,11 @@ def test_every_measurement_reports_positive_rate(quick_run):
     rows = {(row["env"], row["kind"], row["num_envs"]): row for row in report["rows"]}
     cores = os.cpu_count()
     single = {"single_env", "single_env_per_core"}
-    expected = {(env, "single_env", 1) for env in (ENV, NATIVE)} | {
-        (env, "single_env_per_core", cores) for env in (ENV, NATIVE)} | {
+    expected = {(env, "single_env", 1) for env in (ENV, NATIVE, ENVPOOL)} | {
+        (env, "single_env_per_core", cores) for env in (ENV, NATIVE, ENVPOOL)} | {
         (ENV, kind, SIZE) for kind in settings.KINDS if kind not in single} | {
-        (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - single}
+        (NATIVE, kind, SIZE) for kind in NATIVE_KINDS - single} | {
+        (ENVPOOL, kind, SIZE) for kind in ENVPOOL_KINDS - single}
     assert set(rows) == expected
     for key, row in rows.items():
         assert row["steps"] > 0 and row["seconds"] > 0, key
@@ -57,6 +61,8 @@ def test_every_measurement_reports_positive_rate(quick_run):
         assert row["vs_single_env"] > 0 and row["vs_core_limit"] > 0, key
         if row["baseline"] is not None and row["env"] == ENV:  # All measured for ENV.
             assert row["vs_baseline"] > 0, key
+    # simulate on EnvPool against EnvPool's own stepping.
+    assert rows[ENVPOOL, "simulate_mock_loop", SIZE]["vs_baseline"] > 0
     assert rows[ENV, "ppo_training", SIZE]["updates"] is not None
     # K steps per call: every call of a K-step kind counts K batch steps.
     loop = rows[ENV, "simulate_mock_loop", SIZE]
@@ -174,11 +180,17 @@ def test_goals_are_checked_against_their_rows():
         baselines.PairedMeasurement("simulate_mock_loop", "batch_env", "Pendulum-v1", 32,
                                     (0.7, 0.85, 0.9), 850.0, 1000.0, 0.0),
         baselines.PairedMeasurement("simulate_mock_processes", "single_env", "HalfCheetah-v5",
-                                    32, (1.5, 1.6, 1.7), 1600.0, 1000.0, 0.0)]
+                                    32, (1.5, 1.6, 1.7), 1600.0, 1000.0, 0.0),
+        baselines.PairedMeasurement("simulate_mock_loop", "batch_env", "envpool:HalfCheetah-v5",
+                                    32, (0.8, 0.9, 0.95), 900.0, 1000.0, 0.0),
+        baselines.PairedMeasurement("simulate_mock_loop", "single_env",
+                                    "envpool:HalfCheetah-v5", 32, (2.0, 2.2, 2.6), 2200.0,
+                                    1000.0, 0.0)]
     learning = [{"seconds_to_threshold": 50.0}, {"seconds_to_threshold": 130.0}]
     goals = report_lib.check_goals(rows, pairs, learning, cpu_count=2)
     assert [(goal["value"], goal["met"]) for goal in goals] == [
-        (0.85, True), (1.2, False), (0.8, True), (None, None), (130.0, False)]
+        (0.85, True), (1.2, False), (0.8, True), (0.9, True), (1.1, False), (None, None),
+        (130.0, False)]
     # A seed that never reached the threshold fails the learning goal.
     never = report_lib.check_goals(rows, pairs, [{"seconds_to_threshold": None}], 2)[-1]
     assert never["value"] == float("inf") and never["met"] is False

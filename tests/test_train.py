@@ -172,6 +172,7 @@ def test_inter_op_threads_are_set_before_tensorflow_runs():
     ({"env_processes": True}, 0),
     ({"env": "batchrl.envs:Pendulum", "env_processes": False}, 0),
     ({"env_processes": True, "inter_op_threads": 2}, 2),
+    ({"env": "envpool:Pendulum-v1", "env_processes": True}, 1),
 ])
 def test_inter_op_threads_follow_where_the_environments_run(overrides, expected):
     assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected

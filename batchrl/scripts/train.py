@@ -58,7 +58,7 @@ def prepare_logdir(logdir, config):
 def inter_op_threads(config):
     """The size of TensorFlow's inter-op thread pool for `config` (int; 0: TensorFlow's
     default, one per core): `config.inter_op_threads`, or when that is None, 1 for
-    Gymnasium environments stepped in this process and 0 otherwise.
+    Gymnasium environments stepped in this process and for EnvPool, and 0 otherwise.
 
     Measured on the 2-core machine of docs/performance.md: with the environments in this
     process, one thread (running a step's ops one after another, none handed between
@@ -70,6 +70,8 @@ def inter_op_threads(config):
 
     if config.inter_op_threads is not None:
         return config.inter_op_threads
+    if environments.envpool_task(config.env) is not None:
+        return 1  # EnvPool's threads step the batch in this process.
     in_process = not config.env_processes and environments.native_class(config.env) is None
     return 1 if in_process else 0
 
