@@ -26,7 +26,9 @@ def test_compute_keeps_the_process_busy_for_the_given_time():
     benchmark.compute(20_000)
     wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
     assert wall >= 0.02
-    assert cpu > 0.5 * wall  # Busy, not asleep.
+    # Busy, not asleep (a sleep takes well under 1% of its wall time in CPU time); a share
+    # of 10%, not 100%, since other processes may hold the cores.
+    assert cpu > 0.1 * wall
 
 
 def test_batch_steps_are_followed_by_the_parent_work():
