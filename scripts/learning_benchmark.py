@@ -12,8 +12,9 @@ command continues from its last checkpoint). After every run, and with `--report
 without training, the report is rewritten from the event files of all runs under LOGDIR
 (`--report-only`: filtered by `--configs` / `--seeds` when given): OUTPUT (default
 docs/results.md) with a table per config (per seed and the median over seeds) and a plot
-per config next to it (docs/CONFIG.png, made with scripts/plot.py). Give trial runs their
-own LOGDIR and OUTPUT.
+per config next to it (docs/CONFIG.png, made with scripts/plot.py); the text of
+LOGDIR/CONFIG/notes.md, where one exists, goes under the config's heading (e.g. which runs
+shared the machine). Give trial runs their own LOGDIR and OUTPUT.
 
 Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
 at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
@@ -48,6 +49,7 @@ from batchrl.scripts.events import read_scalars
 
 DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0}
 LOG_NAME = "train.log"
+NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issue "Learn fast"; published tuned PPO results at 1M
 # steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
 # (and `worst_seconds` and `command_seconds` on every seed). `median_seconds_untraced`
@@ -386,6 +388,9 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         target = target_text(config, rows)
         if target:
             lines += [target, ""]
+        notes = pathlib.Path(next(iter(seeds.values()))).parent / NOTES_NAME
+        if notes.exists():  # What the runs themselves cannot say, e.g. how they were run.
+            lines += [notes.read_text().strip(), ""]
         lines += [table(rows, threshold), picture, ""]
     if not runs:
         lines += ["No runs found.", ""]

@@ -175,6 +175,7 @@ def test_checkpoint_step_and_discover(bench, tmp_path):
 
 def test_report_table_holds_the_expected_numbers(bench, tmp_path):
     output = tmp_path / "docs" / "results.md"
+    (bench / "fake" / learning_benchmark.NOTES_NAME).write_text("Seeds 0 and 1 ran at once.\n")
     code = learning_benchmark.main(["--report-only", "--logdir", str(bench), "--output",
                                     str(output), "--threshold", "fake=-250"])
     assert code == 0
@@ -199,6 +200,7 @@ def test_report_table_holds_the_expected_numbers(bench, tmp_path):
         assert 0 <= float(rows[seed][6]) < 0.1
         assert float(rows[seed][7]) == pytest.approx(float(rows[seed][6]) / 0.06, rel=0.1)
     assert "## fake (Fake-v0)" in text and "threshold -250" in text
+    assert "Seeds 0 and 1 ran at once." in text
     assert "![fake learning curves](fake.png)" in text
     image = matplotlib.image.imread(output.parent / "fake.png")
     assert image.shape[0] > 100
