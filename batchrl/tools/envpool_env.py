@@ -154,6 +154,7 @@ class EnvPoolBatchEnv:
 
     @property
     def blocking(self):
+        """True: every call returns once EnvPool has stepped or reset the environments."""
         return True
 
     def step(self, actions):
