@@ -29,12 +29,8 @@ import time
 import warnings
 
 import numpy as np
-
-
-def _busy_wait(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+from parallel_step_benchmark import compute
+from throughput_baselines import _window
 
 
 def _make(task, num_envs, batch_size, threads):
@@ -48,40 +44,31 @@ def _make(task, num_envs, batch_size, threads):
     return pool
 
 
-def _sync_stepper(task, num_envs, threads, policy_seconds):
+def _sync_stepper(task, num_envs, threads, policy_us):
     pool = _make(task, num_envs, num_envs, threads)
     actions = np.zeros((num_envs, *pool.action_space.shape))
     pool.reset()
 
     def call():
-        _busy_wait(policy_seconds * num_envs)
+        compute(policy_us * num_envs)
         pool.step(actions)
         return num_envs
 
     return call, pool
 
 
-def _async_stepper(task, num_envs, batch_size, threads, policy_seconds):
+def _async_stepper(task, num_envs, batch_size, threads, policy_us):
     pool = _make(task, num_envs, batch_size, threads)
     actions = np.zeros((batch_size, *pool.action_space.shape))
     pool.async_reset()
 
     def call():
         info = pool.recv()[-1]
-        _busy_wait(policy_seconds * batch_size)
+        compute(policy_us * batch_size)
         pool.send(actions, info["env_id"])
         return batch_size
 
     return call, pool
-
-
-def _window(call, seconds):
-    steps, start = 0, time.perf_counter()
-    while True:
-        steps += call()
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps, elapsed
 
 
 def measure(task, num_envs, layouts, threads, policy_us, seconds, window=0.25):
@@ -90,11 +77,10 @@ def measure(task, num_envs, layouts, threads, policy_us, seconds, window=0.25):
     Returns:
       dict name -> (steps/s over all windows, median ratio of its windows to `sync`'s).
     """
-    policy_seconds = policy_us * 1e-6
-    steppers = {"sync": _sync_stepper(task, num_envs, threads, policy_seconds)}
+    steppers = {"sync": _sync_stepper(task, num_envs, threads, policy_us)}
     for envs, batch in layouts:
         steppers[f"async {envs}/{batch}"] = _async_stepper(task, envs, batch, threads,
-                                                           policy_seconds)
+                                                           policy_us)
     try:
         for call, _ in steppers.values():
             _window(call, 0.2)  # Warm up.
@@ -106,7 +92,7 @@ def measure(task, num_envs, layouts, threads, policy_us, seconds, window=0.25):
             names = list(steppers) if round_ % 2 == 0 else list(steppers)[::-1]
             rates = {}
             for name in names:
-                steps, elapsed = _window(steppers[name][0], window)
+                steps, elapsed, _ = _window(steppers[name][0], window)
                 totals[name][0] += steps
                 totals[name][1] += elapsed
                 rates[name] = steps / elapsed
