@@ -110,28 +110,29 @@ def test_help_names_the_options():
         assert option in result.stdout
 
 
-def test_checkpoint_of_another_network_is_a_one_line_error(run_dir, tmp_path):
-    logdir = tmp_path / "other"
+def _copy_run(run_dir, logdir, edit_config):
+    """Copies the files of `run_dir` into `logdir`, its config.yaml through `edit_config`
+    (a function of the text)."""
     logdir.mkdir()
     for path in run_dir.iterdir():
         if path.is_file():
             (logdir / path.name).write_bytes(path.read_bytes())
-    text = (logdir / "config.yaml").read_text()
-    text = re.sub(r"policy_layers:\n(- \d+\n)+", "policy_layers:\n- 7\n", text)
-    (logdir / "config.yaml").write_text(text)
+    config = logdir / "config.yaml"
+    config.write_text(edit_config(config.read_text()))
+
+
+def test_checkpoint_of_another_network_is_a_one_line_error(run_dir, tmp_path):
+    logdir = tmp_path / "other"
+    _copy_run(run_dir, logdir, lambda text: re.sub(
+        r"policy_layers:\n(- \d+\n)+", "policy_layers:\n- 7\n", text))
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
     _assert_one_line_error(result, "does not fit the agent of the run's config")
 
 
 def test_envpool_task_without_a_gymnasium_twin_is_a_one_line_error(run_dir, tmp_path):
     logdir = tmp_path / "dmc"
-    logdir.mkdir()
-    for path in run_dir.iterdir():
-        if path.is_file():
-            (logdir / path.name).write_bytes(path.read_bytes())
-    text = (logdir / "config.yaml").read_text()
-    (logdir / "config.yaml").write_text(
-        text.replace("env: Pendulum-v1", "env: envpool:CheetahRun-v1"))
+    _copy_run(run_dir, logdir, lambda text: text.replace(
+        "env: Pendulum-v1", "env: envpool:CheetahRun-v1"))
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
     _assert_one_line_error(result, "cannot render envpool:CheetahRun-v1: EnvPool has no "
                                    "renderer, and Gymnasium has no environment")

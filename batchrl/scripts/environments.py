@@ -149,8 +149,7 @@ def create_batch(config):
     `config.num_workers` threads (None: one per core). `env_processes` applies to neither.
     """
     task = envpool_task(config.env)
-    if task is not None:
-        _check_envpool_task(task)
+    if task is not None:  # episode_limit checks the task id first.
         batch_env = envpool_env.EnvPoolBatchEnv(
             task, config.num_agents, num_threads=config.num_workers, seed=config.seed,
             max_episode_steps=episode_limit(config), kwargs=config.env_kwargs)
