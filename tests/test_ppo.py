@@ -211,3 +211,25 @@ def test_observations_are_clipped_to_observ_clip():
     episodes, length = algo._episodes.data()
     stored = episodes["observ"].numpy()[:, :int(length.numpy().min())]
     assert np.abs(stored).max() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("normalizer", ["reward", "return"])
+def test_reward_normalizer_takes_the_std_of_rewards_or_of_discounted_returns(normalizer):
+    """With `return`, the scale is the std of each agent's discounted return so far, which
+    restarts with every episode (episodes of 4 steps, 10 steps played)."""
+    _, algo, _, run = _setup((2,), [(4, 4)] * 2, update_every=50, discount=0.9,
+                             reward_normalizer=normalizer)
+    rewards = []
+    for _ in range(10):
+        run(False, False)
+        episodes, length = algo._episodes.data()
+        latest = episodes["reward"].numpy()[np.arange(2), length.numpy() - 1]
+        rewards.append(latest)
+    rewards = np.array(rewards)  # [steps, agents]
+    expected = rewards.copy()
+    if normalizer == "return":
+        for t in range(1, len(rewards)):
+            if t % 4:  # not the first step of an episode
+                expected[t] += 0.9 * expected[t - 1]
+    std = float(algo.checkpoint_state["reward_filter"].std.numpy())
+    assert std == pytest.approx(np.std(expected, ddof=1), rel=1e-4)

@@ -27,7 +27,8 @@ _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
 _CHOICES = {"algorithm": ("ppo",), "kl_reference": ("behaviour", "update_start"),
-            "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear")}
+            "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
+            "reward_normalizer": ("reward", "return")}
 
 
 class ConfigError(ValueError):

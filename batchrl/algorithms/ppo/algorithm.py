@@ -39,8 +39,12 @@ class PPO:
     stored with the step, and a chunk is replayed from the state stored at its first step.
 
     Observations are normalized with a running mean and standard deviation and clipped to
-    [-observ_clip, observ_clip]; rewards are scaled by their running standard deviation and
-    clipped to [-reward_clip, reward_clip] (each switchable in the config). The policy loss
+    [-observ_clip, observ_clip]; rewards are scaled by a running standard deviation and
+    clipped to [-reward_clip, reward_clip] (each switchable in the config). The standard
+    deviation is that of the rewards (`reward_normalizer: reward`, Hafner et al.) or of each
+    agent's discounted return so far, r_t + discount * R_{t-1} from the start of its episode
+    (`reward_normalizer: return`, the "reward scaling" of Engstrom et al., "Implementation
+    Matters in Deep Policy Gradients", ICLR 2020, section 3). The policy loss
     may add an entropy bonus (`entropy_coef`); both learning rates may decay linearly to 0
     over the run's `steps` (`lr_schedule`). Advantages are GAE(lambda), normalized over
     the memory; value targets are lambda-returns; the value after the last step of an
@@ -66,7 +70,8 @@ class PPO:
         `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
         `batch_size` (None for whole episodes and full batches), `kl_reference`
         (`behaviour` or `update_start`), `jit_update` (compile the update with XLA),
-        `observ_clip`, `reward_clip`, `entropy_coef`, `lr_schedule` (`constant` or
+        `observ_clip`, `reward_clip`, `reward_normalizer` (`reward` or `return`),
+        `entropy_coef`, `lr_schedule` (`constant` or
         `linear`), `steps` and `seed`, plus whatever the network reads.
     """
 
@@ -139,6 +144,10 @@ class PPO:
                                              name="memory_index")
             self._penalty = tf.Variable(float(config.kl_init_penalty), dtype=tf.float32,
                                         trainable=False, name="kl_penalty")
+            # Each agent's discounted return since its episode began (reward_normalizer:
+            # return); rebuilt by playing, like the episodes in progress.
+            self._return = tf.Variable(
+                tf.zeros([num_agents]), trainable=False, name="discounted_return")
         self._random = tf.random.Generator.from_seed(config.seed)
         self._policy_optimizer = keras.optimizers.Adam(config.policy_lr)
         self._policy_optimizer.build(self._networks.policy.trainable_variables)
@@ -175,9 +184,10 @@ class PPO:
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents
         (int32 `[n]`)."""
-        cleared = [self._episodes.clear(agent_indices)]
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        cleared = [self._episodes.clear(agent_indices),
+                   self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))]
         if self._recurrent:
-            rows = tf.cast(agent_indices, tf.int32)[:, None]
             zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
             cleared.append(self._state.scatter_nd_update(rows, zeros))
         return _after(cleared, True)
@@ -239,15 +249,15 @@ class PPO:
             agent_indices = tf.cast(agent_indices, tf.int32)
             normalized = self._observ_filter.transform(observ)
             normalized_next = self._observ_filter.transform(nextob)
+            rows = agent_indices[:, None]
             with tf.control_dependencies([normalized, normalized_next]):
                 statistics = [self._observ_filter.update(observ),
-                              self._reward_filter.update(reward)]
+                              self._reward_filter.update(self._reward_statistic(rows, reward))]
             transition = {"observ": normalized, "action": action, "reward": reward}
             if self._recurrent:
                 transition["state"] = tf.gather(self._last_state, agent_indices)
             for key in self._param_shapes:
                 transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
-            rows = agent_indices[:, None]
             terminated = tf.gather(self._batch_env.terminated, agent_indices)
             stored = [
                 self._episodes.append(transition, agent_indices),
@@ -255,6 +265,14 @@ class PPO:
                 self._episode_terminated.scatter_nd_update(rows, terminated),
             ]
             return _after(statistics + stored, True)
+
+    def _reward_statistic(self, rows, reward):
+        """What the reward normalizer's standard deviation is taken of: the rewards, or
+        the agents' discounted returns so far (updated here)."""
+        if self._config.reward_normalizer == "reward":
+            return reward
+        returns = self._config.discount * tf.gather_nd(self._return, rows) + reward
+        return _after([self._return.scatter_nd_update(rows, returns)], returns)
 
     def end_episodes(self, agent_indices):
         """Moves the finished episodes of the given agents into the memory while training,
