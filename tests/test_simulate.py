@@ -4,11 +4,12 @@ import pytest
 import tensorflow as tf
 
 from batchrl.scripts.events import read_scalars
+from batchrl.tools.application_batch_env import ApplicationBatchEnv
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_algorithm import MockAlgorithm
 from batchrl.tools.mock_environment import MockEnvironment
-from batchrl.tools.simulate import episode_state, simulate, simulate_steps
+from batchrl.tools.simulate import act, episode_state, observe, simulate, simulate_steps
 
 
 class RecordingBatchEnv(BatchEnv):
@@ -259,3 +260,48 @@ def test_simulate_steps_rejects_zero_steps():
     batch_env, algo, _, _ = _setup([2])
     with pytest.raises(ValueError, match="steps must be at least 1"):
         simulate_steps(batch_env, algo, 0, False, False)
+
+
+def _drive_from_the_application(durations, calls):
+    """Steps MockEnvironments in Python and feeds them to `act` / `observe`, as
+    `batchrl.Agent` does; returns the algorithm's events and the dones and scores."""
+    events = []
+    envs = [MockEnvironment((2,), (1,), d, d) for d in durations]
+    batch_env = ApplicationBatchEnv(len(envs), envs[0].observation_space,
+                                    envs[0].action_space)
+    algo = RecordingAlgorithm(batch_env, events)
+    act_fn = tf.function(lambda observ: act(batch_env, algo, observ))
+    observe_fn = tf.function(
+        lambda *args: observe(batch_env, algo, *args, log=False))
+    observ = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    results = []
+    for _ in range(calls):
+        action = act_fn(observ).numpy()
+        steps = [env.step(a) for env, a in zip(envs, action, strict=True)]
+        nextob = np.stack([s[0] for s in steps])
+        reward = np.array([s[1] for s in steps], np.float32)
+        terminated = np.array([s[2] for s in steps])
+        truncated = np.array([s[3] for s in steps])
+        done, score = observe_fn(reward, terminated, truncated, nextob)
+        results.append((done.numpy().tolist(), score.numpy().tolist()))
+        observ = np.stack([env.reset()[0] if d else o
+                           for env, d, o in zip(envs, done.numpy(), nextob, strict=True)])
+    return events, results
+
+
+def test_act_and_observe_call_the_algorithm_as_simulate_does():
+    """The application-driven halves make the same algorithm calls, with the same agent
+    indices and the same dones and scores, as `simulate` on the same environments."""
+    durations = [1, 2, 3, 4]
+    app_events, app_results = _drive_from_the_application(durations, 6)
+    _, _, step, events = _setup(durations)
+    results = []
+    for _ in range(6):
+        done, score = step(False, False)
+        results.append((done.numpy().tolist(), score.numpy().tolist()))
+    algorithm_events = [e for e in events if e[0] not in ("reset", "step")]
+    assert app_events == algorithm_events
+    assert [d for d, _ in app_results] == [d for d, _ in results]
+    assert [d for d, _ in app_results][:4] == [
+        [True, False, False, False], [True, True, False, False],
+        [True, False, True, False], [True, True, False, True]]

@@ -7,6 +7,40 @@ import tensorflow as tf
 from batchrl.tools.numpy_function import keep_python_thread_state, skip_needless_output_conversions
 
 
+class BatchVariables:
+    """The variables that hold the current step of a batch of `batch` environments with the
+    given spaces, as `InGraphBatchEnv` documents them (`observ`, `action`, `reward`, `done`,
+    `terminated`; `done` starts all True).
+
+    Raises:
+      ValueError: for an observation space that is not a `Box` or an action space that is
+        neither a `Box` nor a `Discrete`.
+    """
+
+    def __init__(self, batch, observation_space, action_space):
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ValueError(f"unsupported observation space {observation_space}: need a Box")
+        if isinstance(action_space, gym.spaces.Box):
+            action_shape, action_dtype = tuple(action_space.shape), tf.float32
+        elif isinstance(action_space, gym.spaces.Discrete):
+            action_shape, action_dtype = (), tf.int32
+        else:
+            raise ValueError(
+                f"unsupported action space {action_space}: need a Box or a Discrete")
+        self.observ_shape = tuple(observation_space.shape)
+        with tf.name_scope("environment"):
+            self.observ = tf.Variable(
+                tf.zeros((batch,) + self.observ_shape, tf.float32), trainable=False,
+                name="observ")
+            self.action = tf.Variable(
+                tf.zeros((batch,) + action_shape, action_dtype), trainable=False, name="action")
+            self.reward = tf.Variable(tf.zeros([batch], tf.float32), trainable=False,
+                                      name="reward")
+            self.done = tf.Variable(tf.ones([batch], tf.bool), trainable=False, name="done")
+            self.terminated = tf.Variable(tf.zeros([batch], tf.bool), trainable=False,
+                                          name="terminated")
+
+
 class InGraphBatchEnv:
     """Steps and resets a `BatchEnv` from inside a `tf.function`.
 
@@ -40,34 +74,14 @@ class InGraphBatchEnv:
         skip_needless_output_conversions()
         self._batch_env = batch_env
         self._error = None
-        observation_space = batch_env.observation_space
-        action_space = batch_env.action_space
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise ValueError(f"unsupported observation space {observation_space}: need a Box")
-        if isinstance(action_space, gym.spaces.Box):
-            action_shape, action_dtype = action_space.shape, tf.float32
-        elif isinstance(action_space, gym.spaces.Discrete):
-            action_shape, action_dtype = (), tf.int32
-        else:
-            raise ValueError(
-                f"unsupported action space {action_space}: need a Box or a Discrete")
         batch = len(batch_env)
-        self._observ_shape = tuple(observation_space.shape)
-        self._action_shape = tuple(action_shape)
+        variables = BatchVariables(batch, batch_env.observation_space, batch_env.action_space)
+        self._observ_shape = variables.observ_shape
+        self._observ, self._action = variables.observ, variables.action
+        self._reward, self._done = variables.reward, variables.done
+        self._terminated = variables.terminated
         # What `BatchEnv.step` returns: observation, reward, terminated, truncated.
         self._step_shapes = ((batch,) + self._observ_shape, (batch,), (batch,), (batch,))
-        with tf.name_scope("environment"):
-            self._observ = tf.Variable(
-                tf.zeros((batch,) + self._observ_shape, tf.float32), trainable=False,
-                name="observ")
-            self._action = tf.Variable(
-                tf.zeros((batch,) + self._action_shape, action_dtype), trainable=False,
-                name="action")
-            self._reward = tf.Variable(tf.zeros([batch], tf.float32), trainable=False,
-                                       name="reward")
-            self._done = tf.Variable(tf.ones([batch], tf.bool), trainable=False, name="done")
-            self._terminated = tf.Variable(tf.zeros([batch], tf.bool), trainable=False,
-                                           name="terminated")
 
     def __len__(self):
         return len(self._batch_env)

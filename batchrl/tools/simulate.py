@@ -1,4 +1,5 @@
-"""One step of every agent of a batch, fused with the algorithm into one graph operation."""
+"""One step of every agent of a batch, fused with the algorithm into one graph operation
+(or, for a loop that the application drives, two: `act` and `observe`)."""
 
 import weakref
 
@@ -121,37 +122,108 @@ def simulate(batch_env, algo, log, reset):
     state = episode_state(batch_env)
     if log is not False:
         log = tf.convert_to_tensor(log, tf.bool)
-    all_indices = tf.range(len(batch_env))
-
     prepared = []
     if reset is not False:
         prepared.append(_begin_all(batch_env, state, tf.convert_to_tensor(reset, tf.bool)))
+    began = _begin_flagged(batch_env, algo, state, prepared, reset_envs=True)
+    with tf.control_dependencies([began]):
+        observ = tf.identity(batch_env.observ)
+        action = algo.perform(tf.range(len(batch_env)), observ)
+        done = batch_env.simulate(action)
+    with tf.control_dependencies([done]):
+        nextob = tf.identity(batch_env.observ)
+    return _finish_step(batch_env, algo, state, observ, action, done, nextob, log)
 
-    # The indices of beginning and ending agents are computed only in the branches that
-    # need them: most steps begin and end no episode.
+
+def act(batch_env, algo, observ):
+    """Steps 1 and 2 of `simulate` for a loop that the application drives; call inside a
+    `tf.function`.
+
+    Begins new episodes for the agents whose `done` flag is set (all agents at the first
+    call, and those whose episode ended at the last `observe`): zeroes their score and
+    length and calls `algo.begin_episodes(indices)`; the application has reset their
+    environments itself, and `observ` holds their first observations. Then stores `observ`
+    and asks `algo.perform` for the actions of all agents.
+
+    Args:
+      batch_env: an `ApplicationBatchEnv`.
+      algo: as for `simulate`.
+      observ: float32 `[batch, *observation_shape]`, the current observation of each agent.
+
+    Returns:
+      The actions `[batch, *action_shape]`, also stored in `batch_env.action`.
+    """
+    state = episode_state(batch_env)
+    stored = batch_env.observ.assign(observ)
+    began = _begin_flagged(batch_env, algo, state, [stored], reset_envs=False)
+    with tf.control_dependencies([began]):
+        observ = tf.identity(batch_env.observ)
+        action = algo.perform(tf.range(len(batch_env)), observ)
+    return _after([batch_env.action.assign(action)], action)
+
+
+def observe(batch_env, algo, reward, terminated, truncated, nextob, log):
+    """Steps 3 to 5 of `simulate` for a loop that the application drives, after `act`;
+    call inside a `tf.function`.
+
+    Args:
+      batch_env: the `ApplicationBatchEnv` that `act` was given.
+      algo: as for `simulate`.
+      reward: float32 `[batch]`, the reward of the step the application took.
+      terminated: bool `[batch]`, the step ended the episode in a terminal state.
+      truncated: bool `[batch]`, the step ended the episode for another reason (a time
+        limit): the value is bootstrapped from `nextob`.
+      nextob: float32 `[batch, *observation_shape]`, the observation after the step (the
+        final observation for agents whose episode ended).
+      log: as for `simulate`.
+
+    Returns:
+      `(done, score)` as `simulate` returns them.
+    """
+    state = episode_state(batch_env)
+    if log is not False:
+        log = tf.convert_to_tensor(log, tf.bool)
+    done = tf.logical_or(terminated, truncated)
+    assigns = [batch_env.reward.assign(reward), batch_env.terminated.assign(terminated),
+               batch_env.done.assign(done)]
+    with tf.control_dependencies(assigns):
+        done = tf.identity(done)
+    return _finish_step(batch_env, algo, state, tf.identity(batch_env.observ),
+                        tf.identity(batch_env.action), done, nextob, log)
+
+
+def _begin_flagged(batch_env, algo, state, prepared, reset_envs):
+    """Step 1 of `simulate` after `prepared`: begins episodes for the agents whose `done`
+    flag is set, resetting their environments when `reset_envs` (else clearing the flags).
+    The indices are computed only in the branch that needs them: most steps begin no
+    episode. Returns a bool tensor to wait for."""
+
     def begin_episodes():
         begin_indices = _indices(batch_env.done)
-        observ = batch_env.reset(begin_indices)
-        with tf.control_dependencies([observ]):
+        rows = begin_indices[:, None]
+        if reset_envs:
+            ready = batch_env.reset(begin_indices)
+        else:
+            ready = batch_env.done.scatter_nd_update(
+                rows, tf.zeros_like(begin_indices, tf.bool))
+        with tf.control_dependencies([ready]):
             zeros = tf.zeros_like(begin_indices)
-            clear_score = state.score.scatter_nd_update(
-                begin_indices[:, None], tf.cast(zeros, tf.float32))
-            clear_length = state.length.scatter_nd_update(begin_indices[:, None], zeros)
+            clear_score = state.score.scatter_nd_update(rows, tf.cast(zeros, tf.float32))
+            clear_length = state.length.scatter_nd_update(rows, zeros)
             began = algo.begin_episodes(begin_indices)
         return _after([clear_score, clear_length] + _dependencies(began), True)
 
     with tf.control_dependencies(prepared):
         any_begin = tf.reduce_any(batch_env.done)
-    began = tf.cond(any_begin, begin_episodes, lambda: tf.constant(False))
+    return tf.cond(any_begin, begin_episodes, lambda: tf.constant(False))
 
-    with tf.control_dependencies([began]):
-        observ = tf.identity(batch_env.observ)
-        action = algo.perform(all_indices, observ)
-        done = batch_env.simulate(action)
 
-    with tf.control_dependencies([done]):
+def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
+    """Steps 3 to 5 of `simulate`, once `done` (the stepped batch's flags) is available;
+    returns `(done, score)`."""
+    all_indices = tf.range(len(batch_env))
+    with tf.control_dependencies([done, nextob]):
         reward = tf.identity(batch_env.reward)
-        nextob = tf.identity(batch_env.observ)
         add_score = state.score.assign_add(reward)
         add_length = state.length.assign_add(tf.ones_like(all_indices))
         experienced = algo.experience(all_indices, observ, action, reward, done, nextob)
