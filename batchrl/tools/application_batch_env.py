@@ -20,6 +20,8 @@ class ApplicationBatchEnv:
       ValueError: for a `num_envs` below 1 or unsupported spaces.
     """
 
+    in_graph = True  # Already in the graph: not to be wrapped in an `InGraphBatchEnv`.
+
     def __init__(self, num_envs, observation_space, action_space):
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")

@@ -178,8 +178,54 @@ class PPO:
         }
 
     @property
+    def progress_state(self):
+        """Trackables of the training in progress that `checkpoint_state` leaves out: the
+        episodes in progress and the memory, the recurrent states, the stored policy
+        parameters and the discounted returns. With them a restored algorithm continues
+        exactly (`batchrl.Agent.save`); the Loop does without (every phase begins new
+        episodes)."""
+        return {
+            "episodes": self._episodes,
+            "memory": self._memory,
+            "memory_final": self._memory_final,
+            "memory_terminated": self._memory_terminated,
+            "memory_index": self._memory_index,
+            "episode_final": self._episode_final,
+            "episode_terminated": self._episode_terminated,
+            "state": self._state,
+            "last_state": self._last_state,
+            "last_params": dict(self._last_params),
+            "discounted_return": self._return,
+        }
+
+    @property
     def networks(self):
         return self._networks
+
+    @property
+    def state_size(self):
+        """int, the size of the policy's recurrent state (0 for a feed-forward policy)."""
+        return self._state_size
+
+    def policy_action(self, observ, state, generator=None):
+        """The policy's action for raw observations, changing no variable: for acting
+        outside of training and for exported models.
+
+        Args:
+          observ: float32 `[n, *observation_shape]`, raw (unnormalized) observations.
+          state: float32 `[n, state_size]`, the recurrent states (`[n, 0]` for a
+            feed-forward policy).
+          generator: a `tf.random.Generator` to sample the action with; None: the mode
+            (mean) action.
+
+        Returns:
+          `(action, state)`: `[n, *action_shape]` and the next recurrent states.
+        """
+        normalized = self._observ_filter.transform(observ)
+        params, state = self._networks.policy(normalized[:, None], state)
+        distribution = self._distribution({key: value[:, 0] for key, value in params.items()})
+        action = distribution.mode() if generator is None else distribution.sample(generator)
+        return action, state
 
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents

@@ -1,0 +1,330 @@
+"""`batchrl.Agent`: an algorithm of a config, for a loop that the application drives."""
+
+import json
+import pathlib
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from batchrl.scripts import agent as build_lib
+from batchrl.scripts import configs, environments
+from batchrl.tools import simulate as simulate_lib
+from batchrl.tools.application_batch_env import ApplicationBatchEnv
+
+_CHECKPOINT = "agent"
+_HOST_STATE = "host_state.json"
+
+
+class Agent:
+    """BatchPPO acting in, and learning from, `num_envs` environments that the application
+    steps itself.
+
+    The application asks for actions with `act` and reports what happened with `observe`,
+    for all of its environments at once; episodes of different environments begin and end
+    independently (`act` after an `observe` that ended an environment's episode begins a
+    new one for it). Each call is one traced `tf.function` around the graph code that
+    `simulate` uses (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly
+    as `train` does: it updates once `update_every` episodes have ended. The global step
+    counts environment steps (`num_envs` per `observe`); `lr_schedule: linear` decays over
+    the config's `steps`.
+
+    For a `Box` action space with finite bounds the policy acts in [-1, 1], as in `train`:
+    actions are clipped to [-1, 1] and mapped to the space's bounds before they are
+    returned (the unclipped action is what the agent learns from).
+
+    Build one with `Agent.create` or `Agent.load`.
+
+    Args:
+      config: a validated `Config` (its `num_agents` is the number of environments).
+      observation_space: `gymnasium.spaces.Box`, the space of one environment.
+      action_space: `gymnasium.spaces.Box` or `Discrete`, the space of one environment.
+      logdir: optional directory for TensorBoard summaries (scores, losses, KL).
+
+    Raises:
+      ConfigError: the config's network does not fit the spaces, or no episode length
+        limit is known (set `max_length`).
+    """
+
+    def __init__(self, config, observation_space, action_space, logdir=None):
+        self._config = config
+        self._num_envs = int(config.num_agents)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self._observ_shape = tuple(observation_space.shape)
+        self._policy_space = _policy_action_space(action_space)
+        self._batch_env = ApplicationBatchEnv(
+            self._num_envs, observation_space, self._policy_space)
+        self._built = build_lib.build(config, self._batch_env)
+        self._algo = self._built.algo
+        self._max_length = int(environments.episode_limit(config))
+        self._logdir = logdir
+        self._writer = (tf.summary.create_file_writer(str(logdir)) if logdir is not None
+                        else tf.summary.create_noop_writer())
+        self._built.should_log.assign(logdir is not None)
+        self._eval_state = tf.Variable(
+            tf.zeros([self._num_envs, self._algo.state_size]), trainable=False)
+        episode = simulate_lib.episode_state(self._batch_env)
+        self._checkpoint = tf.train.Checkpoint(
+            agent=self._built.checkpoint,
+            progress=tf.train.Checkpoint(**self._algo.progress_state),
+            batch=tf.train.Checkpoint(
+                observ=self._batch_env.observ, action=self._batch_env.action,
+                reward=self._batch_env.reward, done=self._batch_env.done,
+                terminated=self._batch_env.terminated, score=episode.score,
+                length=episode.length),
+            eval_state=self._eval_state)
+        self._pending = None  # "train" after act, "eval" after act(deterministic=True).
+        self._lengths = np.zeros(self._num_envs, np.int64)
+        self._last_log = 0
+        self._trace()
+
+    @classmethod
+    def create(cls, config, observation_space, action_space, num_envs, seed=0, logdir=None,
+               **overrides):
+        """A new agent.
+
+        Args:
+          config: a config name under `configs/`, a path to a YAML file, or a dict of keys
+            layered over `configs/default.yaml`.
+          observation_space: `gymnasium.spaces.Box`, the space of one environment.
+          action_space: `gymnasium.spaces.Box` or `Discrete`, of one environment.
+          num_envs: int >= 1, the environments the application steps at once.
+          seed: int, seeds the networks and the action sampling.
+          logdir: optional directory for TensorBoard summaries.
+          **overrides: config keys, validated like `--set`.
+
+        Raises:
+          ConfigError: unknown config, key or value, or a network that does not fit the
+            spaces.
+        """
+        overrides = dict(overrides, num_agents=num_envs, seed=seed)
+        if isinstance(config, dict):
+            config = configs.load("default", {**config, **overrides})
+        else:
+            config = configs.load(str(config), overrides)
+        return cls(config, observation_space, action_space, logdir)
+
+    @property
+    def config(self):
+        """The agent's validated `Config`."""
+        return self._config
+
+    @property
+    def step(self):
+        """int, the environment steps observed while training (all environments count)."""
+        return int(self._built.step.numpy())
+
+    def act(self, observation, deterministic=False):
+        """The actions of all environments for their current observations.
+
+        Args:
+          observation: `[num_envs, *observation_shape]` array (cast to float32).
+          deterministic: the mean (mode) action, recording nothing; else a sampled action
+            that the next `observe` completes.
+
+        Returns:
+          numpy `[num_envs, *action_shape]`: float32 within the `Box`'s bounds, or int32
+          for `Discrete`.
+
+        Raises:
+          ValueError: the observation has the wrong shape or is not finite.
+          RuntimeError: `act` while a sampled action still waits for its `observe`.
+        """
+        observ = self._check_array(observation, "observation",
+                                   (self._num_envs,) + self._observ_shape)
+        if self._pending == "train":
+            raise RuntimeError(
+                "act() called again before observe(): report the result of the last action "
+                "first")
+        if deterministic:
+            action = self._act_deterministic(observ)
+            self._pending = "eval"
+        else:
+            action = self._act_sampled(observ)
+            self._pending = "train"
+        return action.numpy()
+
+    def observe(self, reward, terminated, truncated, final_observation=None):
+        """Reports the step that the actions of the last `act` led to.
+
+        After a sampled action the step is recorded, and the agent updates once the memory
+        holds `update_every` finished episodes. After a deterministic action nothing is
+        recorded; ended episodes only reset the recurrent state.
+
+        Args:
+          reward: `[num_envs]` float rewards.
+          terminated: `[num_envs]` bools, the episode ended in a terminal state.
+          truncated: `[num_envs]` bools, the episode was cut off (a time limit).
+          final_observation: optional `[num_envs, *observation_shape]`, the observation
+            after the step; for truncated episodes the value is bootstrapped from it (it is
+            the final observation of an ended episode, before the environment's reset).
+            Omitted: the observation that the last action was taken in stands in for it.
+
+        Returns:
+          numpy bool `[num_envs]`, the episodes that ended (terminated or truncated).
+
+        Raises:
+          RuntimeError: no `act` came before.
+          ValueError: wrong shapes, non-finite rewards or observations, or an episode
+            longer than the config's `max_length`.
+        """
+        if self._pending is None:
+            raise RuntimeError("observe() without act(): call act() for the step first")
+        shape = (self._num_envs,)
+        reward = self._check_array(reward, "reward", shape)
+        terminated = self._check_flags(terminated, "terminated")
+        truncated = self._check_flags(truncated, "truncated")
+        done = terminated | truncated
+        if self._pending == "eval":
+            self._reset_eval_state(done)
+            self._pending = None
+            return done
+        if final_observation is None:
+            nextob = self._batch_env.observ
+        else:
+            nextob = self._check_array(final_observation, "final_observation",
+                                       shape + self._observ_shape)
+        lengths = self._lengths + 1
+        too_long = np.flatnonzero(lengths > self._max_length)
+        if too_long.size:
+            raise ValueError(
+                f"the episodes of environments {too_long.tolist()} passed max_length="
+                f"{self._max_length} steps without ending: set max_length (config key) to "
+                f"the longest episode")
+        step = self.step + self._num_envs
+        log = self._logdir is not None and (
+            step // self._config.log_every > self._last_log // self._config.log_every)
+        self._observe(reward, terminated, truncated, nextob, tf.constant(log))
+        if log:
+            self._last_log = step
+        self._lengths = np.where(done, 0, lengths)
+        self._pending = None
+        return done
+
+    def save(self, directory):
+        """Writes everything the agent needs to continue exactly where it is to `directory`:
+        the config, the spaces, the weights and optimizer state, the normalizers, the KL
+        penalty, the episodes in progress and the memory.
+
+        Returns:
+          the directory, a `pathlib.Path`.
+        """
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.yaml").write_text(configs.dump(self._config))
+        (directory / "spaces.pkl").write_bytes(
+            pickle.dumps((self.observation_space, self.action_space)))
+        host = {"pending": self._pending, "lengths": self._lengths.tolist(),
+                "last_log": self._last_log}
+        (directory / _HOST_STATE).write_text(json.dumps(host))
+        self._checkpoint.write(str(directory / _CHECKPOINT))
+        return directory
+
+    @classmethod
+    def load(cls, directory, observation_space=None, action_space=None, logdir=None):
+        """The agent that `save` wrote to `directory`.
+
+        Args:
+          directory: what `save` was given.
+          observation_space, action_space: optional, the spaces the application will use;
+            they must equal the saved agent's.
+          logdir: optional directory for TensorBoard summaries.
+
+        Raises:
+          FileNotFoundError: `directory` holds no saved agent.
+          ValueError: a given space differs from the saved agent's.
+        """
+        directory = pathlib.Path(directory)
+        if not (directory / "spaces.pkl").is_file():
+            raise FileNotFoundError(f"{directory} holds no saved agent (no spaces.pkl)")
+        saved = pickle.loads((directory / "spaces.pkl").read_bytes())
+        for name, given, stored in zip(("observation_space", "action_space"),
+                                       (observation_space, action_space), saved, strict=True):
+            if given is not None and given != stored:
+                raise ValueError(
+                    f"{name} {given} does not match the saved agent's {stored} ({directory})")
+        config = configs.read_run_config(directory / "config.yaml")
+        agent = cls(config, *saved, logdir=logdir)
+        agent._checkpoint.read(str(directory / _CHECKPOINT)).assert_consumed()
+        host = json.loads((directory / _HOST_STATE).read_text())
+        agent._pending = host["pending"]
+        agent._lengths = np.array(host["lengths"], np.int64)
+        agent._last_log = host["last_log"]
+        return agent
+
+    def close(self):
+        """Flushes and closes the summary writer."""
+        self._writer.flush()
+        self._writer.close()
+
+    # Graph functions, traced once each (`_trace`).
+
+    def _trace(self):
+        observ_spec = tf.TensorSpec((self._num_envs,) + self._observ_shape, tf.float32)
+        flags = tf.TensorSpec([self._num_envs], tf.bool)
+        self._act_sampled = tf.function(self._act_graph, input_signature=[observ_spec])
+        self._act_deterministic = tf.function(
+            self._act_deterministic_graph, input_signature=[observ_spec])
+        self._observe = tf.function(self._observe_graph, input_signature=[
+            tf.TensorSpec([self._num_envs], tf.float32), flags, flags, observ_spec,
+            tf.TensorSpec([], tf.bool)])
+        self._reset_eval_state = tf.function(
+            self._reset_eval_state_graph, input_signature=[flags])
+
+    def _act_graph(self, observ):
+        action = simulate_lib.act(self._batch_env, self._algo, observ)
+        return self._to_action_space(action)
+
+    def _act_deterministic_graph(self, observ):
+        action, state = self._algo.policy_action(observ, self._eval_state)
+        with tf.control_dependencies([self._eval_state.assign(state)]):
+            return self._to_action_space(action)
+
+    def _observe_graph(self, reward, terminated, truncated, nextob, log):
+        with self._writer.as_default(step=self._built.step):
+            counted = self._built.step.assign_add(self._num_envs)
+            with tf.control_dependencies([counted]):
+                done, _ = simulate_lib.observe(
+                    self._batch_env, self._algo, reward, terminated, truncated, nextob, log)
+        return done
+
+    def _reset_eval_state_graph(self, done):
+        keep = 1.0 - tf.cast(done, tf.float32)[:, None]
+        return self._eval_state.assign(self._eval_state * keep)
+
+    def _to_action_space(self, action):
+        if self._policy_space is self.action_space:
+            return action
+        low = tf.constant(self.action_space.low, tf.float32)
+        high = tf.constant(self.action_space.high, tf.float32)
+        return low + (tf.clip_by_value(action, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
+    # Input checks.
+
+    def _check_array(self, value, name, shape):
+        array = np.asarray(value, np.float32)
+        if array.shape != shape:
+            raise ValueError(f"{name} of shape {array.shape}, expected {shape}")
+        if not np.isfinite(array).all():
+            rows = np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))
+            raise ValueError(f"{name} is not finite for environments {rows.tolist()}")
+        return array
+
+    def _check_flags(self, value, name):
+        array = np.asarray(value)
+        if array.shape != (self._num_envs,):
+            raise ValueError(f"{name} of shape {array.shape}, expected ({self._num_envs},)")
+        if array.dtype != bool and not np.isin(array, (0, 1)).all():
+            raise ValueError(f"{name} must hold booleans, got {array.tolist()}")
+        return array.astype(bool)
+
+
+def _policy_action_space(action_space):
+    """The action space the policy acts in: `Box(-1, 1)` for a bounded `Box` (as
+    `batchrl.tools.wrappers.standard_wrappers` gives `train`), else `action_space`."""
+    if (isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all()
+            and np.isfinite(action_space.high).all()):
+        return gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
+    return action_space
