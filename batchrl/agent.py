@@ -4,10 +4,10 @@ import json
 import pathlib
 import pickle
 
-import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from batchrl import export as export_lib
 from batchrl.scripts import agent as build_lib
 from batchrl.scripts import configs, environments
 from batchrl.tools import simulate as simulate_lib
@@ -53,7 +53,7 @@ class Agent:
         self.observation_space = observation_space
         self.action_space = action_space
         self._observ_shape = tuple(observation_space.shape)
-        self._policy_space = _policy_action_space(action_space)
+        self._policy_space = export_lib.policy_action_space(action_space)
         self._batch_env = ApplicationBatchEnv(
             self._num_envs, observation_space, self._policy_space)
         self._built = build_lib.build(config, self._batch_env)
@@ -254,6 +254,19 @@ class Agent:
         agent._last_log = host["last_log"]
         return agent
 
+    def export(self, directory, seed=0):
+        """Writes the policy as a SavedModel for serving (`batchrl.export.export_policy`):
+        `serving_default` maps `observation` float32 `[None, *observation_shape]` to the
+        `action` that `act(observation, deterministic=True)` returns, `sample` to a sampled
+        one; a recurrent policy also takes and returns `state`. It loads with
+        `tf.saved_model.load` without batchrl.
+
+        Returns:
+          the directory, as given.
+        """
+        return export_lib.export_policy(
+            self._algo, self.observation_space, self.action_space, directory, seed)
+
     def close(self):
         """Flushes and closes the summary writer."""
         self._writer.flush()
@@ -275,12 +288,12 @@ class Agent:
 
     def _act_graph(self, observ):
         action = simulate_lib.act(self._batch_env, self._algo, observ)
-        return self._to_action_space(action)
+        return export_lib.to_action_space(action, self.action_space)
 
     def _act_deterministic_graph(self, observ):
         action, state = self._algo.policy_action(observ, self._eval_state)
         with tf.control_dependencies([self._eval_state.assign(state)]):
-            return self._to_action_space(action)
+            return export_lib.to_action_space(action, self.action_space)
 
     def _observe_graph(self, reward, terminated, truncated, nextob, log):
         with self._writer.as_default(step=self._built.step):
@@ -293,13 +306,6 @@ class Agent:
     def _reset_eval_state_graph(self, done):
         keep = 1.0 - tf.cast(done, tf.float32)[:, None]
         return self._eval_state.assign(self._eval_state * keep)
-
-    def _to_action_space(self, action):
-        if self._policy_space is self.action_space:
-            return action
-        low = tf.constant(self.action_space.low, tf.float32)
-        high = tf.constant(self.action_space.high, tf.float32)
-        return low + (tf.clip_by_value(action, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
 
     # Input checks.
 
@@ -319,12 +325,3 @@ class Agent:
         if array.dtype != bool and not np.isin(array, (0, 1)).all():
             raise ValueError(f"{name} must hold booleans, got {array.tolist()}")
         return array.astype(bool)
-
-
-def _policy_action_space(action_space):
-    """The action space the policy acts in: `Box(-1, 1)` for a bounded `Box` (as
-    `batchrl.tools.wrappers.standard_wrappers` gives `train`), else `action_space`."""
-    if (isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all()
-            and np.isfinite(action_space.high).all()):
-        return gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
-    return action_space

@@ -195,3 +195,51 @@ def test_summaries_go_to_logdir(tmp_path):
             str(next(tmp_path.glob("events.out.tfevents.*")))):
         tags.update(value.tag for value in event.summary.value)
     assert {"mean_score", "ppo/kl", "ppo/value_loss"} <= tags
+
+
+_LOAD_WITHOUT_BATCHRL = """
+import sys
+import numpy as np
+import tensorflow as tf
+data = np.load(sys.argv[2])
+model = tf.saved_model.load(sys.argv[1])
+serve = model.signatures["serving_default"]
+inputs = {"observation": tf.constant(data["observation"])}
+if "state" in data:
+    inputs["state"] = tf.constant(data["state"])
+result = serve(**inputs)
+sampled = model.signatures["sample"](**inputs)["action"].numpy()
+assert "batchrl" not in sys.modules
+np.savez(sys.argv[3], action=result["action"].numpy(), sampled=sampled)
+"""
+
+
+@pytest.mark.parametrize("network, action_space", [
+    ("feed_forward_gaussian", ACTION),
+    ("feed_forward_categorical", spaces.Discrete(3)),
+    ("recurrent_gaussian", ACTION),
+])
+def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, action_space):
+    """Served in a process that never imports batchrl, the exported mean actions of 100
+    observations equal `act(deterministic=True)` within 1e-5."""
+    import subprocess
+    import sys
+
+    agent = _agent(num_envs=100, action_space=action_space, network=network)
+    _play(agent, _Feed(100), 6)  # Trains once and moves the observation normalizer.
+    observation = _Feed(100, seed=5).observation()
+    expected = agent.act(observation, deterministic=True)
+    agent.export(tmp_path / "model")
+    inputs = {"observation": observation}
+    if agent._algo.state_size:
+        inputs["state"] = np.zeros((100, agent._algo.state_size), np.float32)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_BATCHRL, str(tmp_path / "model"),
+                    str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")],
+                   check=True, cwd=tmp_path)
+    served = np.load(tmp_path / "out.npz")
+    assert served["action"].dtype == expected.dtype
+    np.testing.assert_allclose(served["action"], expected, atol=1e-5)
+    assert served["sampled"].shape == expected.shape
+    if network != "feed_forward_categorical":
+        assert not np.allclose(served["sampled"], expected), "sample draws from the policy"
