@@ -1,0 +1,24 @@
+"""The README's `batchrl.Agent` example is `scripts/agent_cartpole.py`, and it runs."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "agent_cartpole.py"
+
+
+def test_readme_shows_the_example_script():
+    code = SCRIPT.read_text()
+    body = code[code.index("import sys"):]
+    assert f"```python\n{body}```" in (ROOT / "README.md").read_text()
+
+
+def test_example_trains_and_evaluates():
+    """10k steps: one evaluation; the line it prints is the example's output format."""
+    result = subprocess.run([sys.executable, str(SCRIPT), "10000", "0"], capture_output=True,
+                            text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step")]
+    assert len(lines) == 1 and lines[0].startswith("step 10,000: eval return ")
+    assert 8.0 <= float(lines[0].rsplit(" ", 1)[1]) <= 500.0
