@@ -10,8 +10,10 @@ import tensorflow as tf
 from batchrl import export as export_lib
 from batchrl.scripts import agent as build_lib
 from batchrl.scripts import configs, environments
-from batchrl.tools import simulate as simulate_lib
 from batchrl.tools.application_batch_env import ApplicationBatchEnv
+from batchrl.tools.simulate import act as simulate_act
+from batchrl.tools.simulate import episode_state
+from batchrl.tools.simulate import observe as simulate_observe
 
 _CHECKPOINT = "agent"
 _HOST_STATE = "host_state.json"
@@ -65,7 +67,7 @@ class Agent:
         self._built.should_log.assign(logdir is not None)
         self._eval_state = tf.Variable(
             tf.zeros([self._num_envs, self._algo.state_size]), trainable=False)
-        episode = simulate_lib.episode_state(self._batch_env)
+        episode = episode_state(self._batch_env)
         self._checkpoint = tf.train.Checkpoint(
             agent=self._built.checkpoint,
             progress=tf.train.Checkpoint(**self._algo.progress_state),
@@ -287,7 +289,7 @@ class Agent:
             self._reset_eval_state_graph, input_signature=[flags])
 
     def _act_graph(self, observ):
-        action = simulate_lib.act(self._batch_env, self._algo, observ)
+        action = simulate_act(self._batch_env, self._algo, observ)
         return export_lib.to_action_space(action, self.action_space)
 
     def _act_deterministic_graph(self, observ):
@@ -299,7 +301,7 @@ class Agent:
         with self._writer.as_default(step=self._built.step):
             counted = self._built.step.assign_add(self._num_envs)
             with tf.control_dependencies([counted]):
-                done, _ = simulate_lib.observe(
+                done, _ = simulate_observe(
                     self._batch_env, self._algo, reward, terminated, truncated, nextob, log)
         return done
 

@@ -182,8 +182,8 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
 
     from batchrl.scripts import agent as agent_lib
     from batchrl.scripts import environments
-    from batchrl.tools import simulate as simulate_lib
     from batchrl.tools.batch_env import BatchEnv
+    from batchrl.tools.simulate import episode_state, simulate
     from batchrl.tools.wrappers import ExternalProcess
 
     agent_lib.check(config)
@@ -206,11 +206,11 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
         restore(agent, checkpoint)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
-        simulate_lib.episode_state(agent.batch_env)  # Variables exist before the trace.
+        episode_state(agent.batch_env)  # Variables exist before the trace.
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.bool)], autograph=False)
         def step_function(reset):
-            return simulate_lib.simulate(agent.batch_env, agent.algo, False, reset)
+            return simulate(agent.batch_env, agent.algo, False, reset)
 
         fps = _fps(env)
         outdir = pathlib.Path(outdir)

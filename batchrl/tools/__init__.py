@@ -2,10 +2,15 @@
 `simulate`, streaming statistics and the training loop.
 
 Names are imported lazily so that environment worker processes, which unpickle
-constructors that live in this package, never import TensorFlow.
+constructors that live in this package, never import TensorFlow. An exported name is the
+documented object on every access, also where a submodule has the same name
+(`tools.simulate` is the function; its module is `sys.modules["batchrl.tools.simulate"]`,
+and `from batchrl.tools.simulate import ...` reaches its other names).
 """
 
 import importlib
+import sys
+import types
 
 _EXPORTS = {
     "BatchEnv": "batchrl.tools.batch_env",
@@ -22,9 +27,24 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+class _Package(types.ModuleType):
+    """Keeps importing a submodule from replacing an exported name of the same name (the
+    import system sets the submodule as an attribute of its package)."""
+
+    def __setattr__(self, name, value):
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
     try:
         return importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError:

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from batchrl.tools import simulate as simulate_lib
+from batchrl.tools.simulate import episode_state, simulate_steps
 
 
 class Interrupted(Exception):
@@ -356,7 +356,7 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
     """
     if jit_compile and writer is not None:
         raise ValueError("summaries cannot be compiled with XLA: pass writer=None")
-    simulate_lib.episode_state(batch_env)  # Variables exist before the first trace.
+    episode_state(batch_env)  # Variables exist before the first trace.
     batch = len(batch_env)
     signature = [tf.TensorSpec([], tf.bool)] * 2 + [tf.TensorSpec([], tf.int32)]
 
@@ -364,7 +364,7 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
     def run(log, reset, count):
         summaries = writer.as_default(step=step) if writer else contextlib.nullcontext()
         with summaries:
-            done, score = simulate_lib.simulate_steps(
+            done, score = simulate_steps(
                 batch_env, algo, steps_per_call, False if jit_compile else log, reset, count)
         if step is not None and count_steps:
             with tf.control_dependencies([done, score]):

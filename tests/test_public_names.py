@@ -1,0 +1,41 @@
+"""Every public name of DESIGN.md is the documented object on every access."""
+
+import subprocess
+import sys
+
+import pytest
+
+_CHECK = """
+import inspect, sys, types
+{prelude}
+import batchrl
+from batchrl import tools
+for name in tools.__all__:
+    for _ in range(3):
+        value = getattr(tools, name)
+        assert not isinstance(value, types.ModuleType), (name, value)
+        assert inspect.isclass(value) or inspect.isfunction(value), (name, value)
+        assert value.__name__ == name, (name, value)
+assert inspect.isclass(batchrl.Agent) and batchrl.Agent is batchrl.Agent
+"""
+
+
+@pytest.mark.parametrize("prelude", [
+    "",
+    "import batchrl.tools.simulate, batchrl.tools.loop, batchrl.tools.streaming",
+    "from batchrl.tools.simulate import simulate_steps",
+])
+def test_exported_names_stay_what_they_are(prelude):
+    """In a fresh process, also after the submodules of the same names were imported."""
+    result = subprocess.run([sys.executable, "-c", _CHECK.format(prelude=prelude)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_importing_the_package_does_not_import_tensorflow():
+    code = ("import sys, batchrl, batchrl.tools; "
+            "from batchrl.tools import wrappers; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
