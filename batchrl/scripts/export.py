@@ -1,0 +1,84 @@
+"""Exports the policy of a training run as a SavedModel for serving.
+
+`python -m batchrl.scripts.export --logdir=RUN --outdir=DIR` loads RUN/config.yaml and the
+latest checkpoint (or `--checkpoint`) and writes what `batchrl.Agent.export` writes (see
+`batchrl.export.export_policy`): a SavedModel whose `serving_default` signature maps
+`observation` (float32 `[None, ...]`, unnormalized) to the mean `action` in the
+environment's action space, with a `sample` signature for sampled actions; recurrent
+policies take and return `state`. It loads with `tf.saved_model.load` without batchrl.
+"""
+
+import argparse
+import sys
+
+from batchrl.scripts import configs
+from batchrl.scripts.visualize import find_run
+
+
+def export_run(config, checkpoint, outdir, seed=0):
+    """Writes the policy of `config` restored from `checkpoint` as a SavedModel to `outdir`.
+
+    The spaces are those of one environment of the config, created in this process (an
+    in-graph or EnvPool environment through its Gymnasium twin, as `visualize` does); the
+    actions are mapped into the unwrapped environment's action space.
+
+    Raises:
+      ConfigError: the environment has no Gymnasium twin, or the checkpoint does not fit.
+    """
+    from batchrl import export as export_lib
+    from batchrl.scripts import agent as agent_lib
+    from batchrl.scripts import environments
+    from batchrl.scripts.visualize import restore
+    from batchrl.tools.batch_env import BatchEnv
+
+    agent_lib.check(config)
+    env_id = environments.gymnasium_id(config.env)
+    if env_id is None:
+        raise configs.ConfigError(
+            f"cannot export {config.env}: Gymnasium has no environment of the id "
+            f"{environments.envpool_task(config.env)!r} to take the spaces from")
+    kwargs = None if environments.envpool_task(config.env) else config.env_kwargs
+    env = environments.create(env_id, environments.episode_limit(config), kwargs=kwargs)
+    batch_env = BatchEnv([env], blocking=True)
+    try:
+        agent = agent_lib.build(config, batch_env)
+        restore(agent, checkpoint)
+        export_lib.export_policy(agent.algo, env.observation_space,
+                                 env.unwrapped.action_space, outdir, seed)
+    finally:
+        batch_env.close()
+    return outdir
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m batchrl.scripts.export",
+        description="Export the policy of a training run as a SavedModel: serving_default "
+                    "maps 'observation' to the mean 'action', 'sample' to a sampled one "
+                    "(recurrent policies also take and return 'state'). Loads with "
+                    "tf.saved_model.load, without batchrl.")
+    parser.add_argument("--logdir", required=True,
+                        help="the run directory written by batchrl.scripts.train")
+    parser.add_argument("--outdir", required=True, help="where the SavedModel goes")
+    parser.add_argument(
+        "--checkpoint", default=None, metavar="PATH",
+        help="checkpoint prefix to load, e.g. LOGDIR/ckpt-20000 (default: the latest)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the 'sample' signature (default: %(default)s)")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        config, checkpoint = find_run(args.logdir, args.checkpoint)
+        export_run(config, checkpoint, args.outdir, args.seed)
+    except configs.ConfigError as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    print(f"Exported the policy of {checkpoint} ({config.env}) to {args.outdir}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
