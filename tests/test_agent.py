@@ -184,6 +184,8 @@ def test_overrides_are_validated_like_set():
         _agent(polcy_lr=1e-3)
     with pytest.raises(ConfigError, match="unknown config"):
         Agent.create("no_such_config", OBSERVATION, ACTION, num_envs=2)
+    with pytest.raises(ConfigError, match="'network' is 'feed_forward_categorical'.*Discrete"):
+        _agent(network="feed_forward_categorical")
 
 
 def test_summaries_go_to_logdir(tmp_path):

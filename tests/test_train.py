@@ -94,8 +94,42 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     logdir = tmp_path / "run"
     logdir.mkdir()
     (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
+    (logdir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4000"\n')
     assert train.main(["--config=pendulum", f"--logdir={logdir}", "--set", "num_agents=3"]) == 2
     assert "num_agents: 10 -> 3" in capsys.readouterr().err
+
+
+def test_run_directory_without_checkpoint_takes_a_new_config(tmp_path):
+    """A run that failed before its first checkpoint is no run to resume."""
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
+    assert train.main(["--config=pendulum", f"--logdir={logdir}", "--no-progress",
+                       "--set", "num_agents=2", "--set", "steps=400",
+                       "--set", "eval_every=400", "--set", "eval_episodes=1",
+                       "--set", "env_processes=false"]) == 0
+    assert configs.read_run_config(logdir / "config.yaml").num_agents == 2
+
+
+def test_network_that_does_not_fit_the_spaces_is_a_one_line_error_writing_nothing(
+        tmp_path, capsys):
+    logdir = tmp_path / "run"
+    assert train.main(["--config=pendulum", f"--logdir={logdir}",
+                       "--set", "network=feed_forward_categorical",
+                       "--set", "env_processes=false"]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+    assert "config key 'network' is 'feed_forward_categorical'" in stderr
+    assert "needs a Discrete action space" in stderr
+    assert not logdir.exists()
+
+
+def test_logdir_naming_a_file_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "file"
+    path.write_text("not a run")
+    assert train.main(["--config=pendulum", f"--logdir={path}"]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr == f"error: --logdir {path} is a file, not a run directory\n"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -44,6 +44,9 @@ def build(config, batch_env):
     Returns:
       `Agent`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
       defines training (`algo.checkpoint_state`).
+
+    Raises:
+      ConfigError: the config's network does not fit the spaces of `batch_env`.
     """
     keras.utils.set_random_seed(config.seed)
     if getattr(batch_env, "in_graph", False) is True:
@@ -56,6 +59,10 @@ def build(config, batch_env):
     algo_config = configs.Config(config)
     algo_config["network"] = NETWORKS[config.network]
     algo_config["max_length"] = environments.episode_limit(config)
-    algo = PPO(in_graph, step, is_training, should_log, algo_config)
+    try:
+        algo = PPO(in_graph, step, is_training, should_log, algo_config)
+    except ValueError as error:  # The networks check the spaces they are built for.
+        raise configs.ConfigError(
+            f"config key 'network' is {config.network!r}: {error}") from None
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
     return Agent(in_graph, algo, step, is_training, should_log, checkpoint)

@@ -25,14 +25,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports Te
 def check_resume(logdir, config):
     """Checks `config` against the run already in `logdir`, if there is one.
 
-    A resumed run may change `steps` (to train longer) and nothing else.
+    A resumed run may change `steps` (to train longer) and nothing else. A directory with a
+    `config.yaml` but no checkpoint (nothing was trained) takes any config.
 
     Raises:
-      ConfigError: when the directory holds a run with different settings.
+      ConfigError: when `logdir` is a file, or the directory holds a trained run with
+        different settings.
     """
     logdir = pathlib.Path(logdir)
+    if logdir.exists() and not logdir.is_dir():
+        raise configs.ConfigError(f"--logdir {logdir} is a file, not a run directory")
     path = logdir / "config.yaml"
-    if path.exists():
+    if path.exists() and (logdir / "checkpoint").exists():
         previous = configs.read_run_config(path)
         changed = sorted(key for key in set(previous) | set(config)
                          if key != "steps" and previous.get(key) != config.get(key))
@@ -125,7 +129,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     from batchrl.tools.loop import EnvironmentFailed, Interrupted
 
     agent_lib.check(config)
-    prepare_logdir(logdir, config)
+    check_resume(logdir, config)
     set_inter_op_threads(inter_op_threads(config))
     try:
         batch_env = environments.create_batch(config)
@@ -134,7 +138,8 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
             f"before the first step: cannot create the environments: "
             f"{type(error).__name__}: {error}") from error
     try:
-        agent = agent_lib.build(config, batch_env)
+        agent = agent_lib.build(config, batch_env)  # Checks the network against the spaces.
+        prepare_logdir(logdir, config)
         step = agent.step
         loop = make_loop(config, logdir, agent, progress, stop)
         resumed = loop.restore()
@@ -205,6 +210,9 @@ def main(argv=None):
         loop, results = train(config, args.logdir, progress=args.progress, stop=stop)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
+    except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except (EnvironmentFailed, FloatingPointError) as error:
         # A crashed worker, a NaN observation, diverged weights: the latest checkpoint is
         # left as it was.
