@@ -7,9 +7,9 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
+from batchrl import build as build_lib
+from batchrl import configs, environments
 from batchrl import export as export_lib
-from batchrl.scripts import agent as build_lib
-from batchrl.scripts import configs, environments
 from batchrl.tools.application_batch_env import ApplicationBatchEnv
 from batchrl.tools.simulate import act as simulate_act
 from batchrl.tools.simulate import episode_state

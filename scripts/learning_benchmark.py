@@ -44,7 +44,7 @@ import time
 import numpy as np
 import plot
 
-from batchrl.scripts import configs
+from batchrl import configs
 from batchrl.scripts.events import read_scalars
 
 DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0}

@@ -5,7 +5,7 @@
         --workers 2 --rounds 5 --seconds 1
 
 For every environment id (`--envs`), in one run and one process, with `--num-envs` (B)
-environments built with `batchrl.scripts.environments.create` (registered time limit,
+environments built with `batchrl.environments.create` (registered time limit,
 actions in [-1, 1], float32 observations), random actions from a pool drawn beforehand, and
 the environments whose episode ended reset (`reset(indices)`; Gymnasium's vector
 environments autoreset instead, and their reset-only entries are not counted), it measures:
@@ -57,7 +57,7 @@ from multiprocessing import shared_memory
 import gymnasium as gym
 import numpy as np
 
-from batchrl.scripts import environments
+from batchrl import environments
 from batchrl.tools import wrappers
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv

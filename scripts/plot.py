@@ -42,7 +42,7 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from tensorboard.backend.event_processing import event_file_loader  # noqa: E402
 
-from batchrl.scripts import configs  # noqa: E402
+from batchrl import configs  # noqa: E402
 from batchrl.scripts.events import read_scalars  # noqa: E402
 
 PHASES = ("eval", "train")

@@ -20,7 +20,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from batchrl.scripts import configs, environments
+from batchrl import configs, environments
 from batchrl.tools import wrappers
 from batchrl.tools.batch_env import BatchEnv
 

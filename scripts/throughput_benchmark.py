@@ -9,7 +9,7 @@
 For every environment id (`--envs`) and every batch size (`--sizes`) it measures, in one
 run and one process, environment steps per second (every environment's step counts) of:
 
-- `single_env`: one environment (built with `batchrl.scripts.environments.create`) stepped
+- `single_env`: one environment (built with `batchrl.environments.create`) stepped
   in a plain Python loop, reset when its episode ends: the per-core reference. Times
   `os.cpu_count()` it is the machine's core limit (the limit if stepping were perfectly
   parallel and free of overhead).
@@ -32,7 +32,7 @@ run and one process, environment steps per second (every environment's step coun
   loop's step function (`batchrl.tools.loop.step_function`): in-process with one step per
   `tf.function` call and with K (`--steps-per-call`) steps per call, and with the worker
   `ParallelBatchEnv` that training starts for `env_processes: true`, K steps per call.
-- `ppo_inference`: the same with BatchPPO (`batchrl.scripts.agent.build` from the config of
+- `ppo_inference`: the same with BatchPPO (`batchrl.build.build` from the config of
   the environment, e.g. `pendulum` or `cheetah`, with `num_agents` overridden and
   in-process environments), `is_training` false: the mean action, nothing recorded; K
   steps per call.
@@ -100,7 +100,7 @@ import throughput_report as report_lib
 import throughput_simulate as simulate
 from throughput_settings import DEFAULTS, LEARNING_CONFIG, LEARNING_THRESHOLD, PAIRS, QUICK
 
-from batchrl.scripts import configs, environments
+from batchrl import configs, environments
 
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,

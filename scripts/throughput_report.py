@@ -10,7 +10,7 @@ import numpy as np
 import throughput_baselines as baselines
 from throughput_settings import BASELINES, GOALS, KINDS, LEARNING_CONFIG, LEARNING_THRESHOLD
 
-from batchrl.scripts import environments
+from batchrl import environments
 
 
 def paired_ratio(measurement, reference):

@@ -15,7 +15,7 @@ import time
 import throughput_baselines as baselines
 from throughput_settings import CONFIG_NAMES, LEARNING_CONFIG, LEARNING_THRESHOLD
 
-from batchrl.scripts import configs, environments
+from batchrl import configs, environments
 
 
 def config_name(env_id):
@@ -105,18 +105,18 @@ def _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call):
 def _agent_config(env_id, num_envs, overrides):
     """BatchPPO's config for `env_id` (in-process environments) and the module that builds
     the agent (imported here: it imports TensorFlow)."""
-    from batchrl.scripts import agent as agent_lib
+    from batchrl import build as build_lib
 
     config = configs.load(config_name(env_id), {
         "env": env_id, "num_agents": num_envs, "env_processes": False, **(overrides or {})})
-    agent_lib.check(config)
-    return config, agent_lib
+    build_lib.check(config)
+    return config, build_lib
 
 
 def measure_ppo_inference(env_id, num_envs, steps_per_call, seconds, warmup, overrides=None):
     """Steps `simulate` with BatchPPO acting (mean action), learning off.
 
-    The agent is built with `batchrl.scripts.agent.build` from the environment's config
+    The agent is built with `batchrl.build.build` from the environment's config
     (`config_name`) with `num_agents` overridden and in-process environments.
 
     Args:
@@ -130,10 +130,10 @@ def measure_ppo_inference(env_id, num_envs, steps_per_call, seconds, warmup, ove
     Returns:
       `Measurement` of kind `ppo_inference`, in environment steps per second.
     """
-    config, agent_lib = _agent_config(env_id, num_envs, overrides)
+    config, build_lib = _agent_config(env_id, num_envs, overrides)
     with baselines._batch_env(config) as (batch_env, setup):
         start = time.perf_counter()
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
         function = _step_function(agent.batch_env, agent.algo, steps_per_call)
@@ -172,11 +172,11 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
     """
     import tensorflow as tf
 
-    config, agent_lib = _agent_config(env_id, num_envs, overrides)
+    config, build_lib = _agent_config(env_id, num_envs, overrides)
     with (baselines._batch_env(config) as (batch_env, setup),
           tempfile.TemporaryDirectory(prefix="batchrl-bench-") as logdir):
         start = time.perf_counter()
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         writer = tf.summary.create_file_writer(logdir)
         function = _step_function(agent.batch_env, agent.algo, steps_per_call, writer,
                                   agent.step)

@@ -107,17 +107,17 @@ def worker(config_name, steps, overrides, logdir):
     marks = {"process": _process_start()}
     import tensorflow as tf  # noqa: F401 (timed: the import is part of start-up)
 
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import configs, environments, train
-
+    from batchrl import build as build_lib
+    from batchrl import configs, environments
+    from batchrl.scripts import train
     marks["imports"] = time.time()
     config = configs.load(config_name, [*overrides, f"steps={steps}"])
-    agent_lib.check(config)
+    build_lib.check(config)
     train.prepare_logdir(logdir, config)
     train.set_inter_op_threads(train.inter_op_threads(config))
     batch_env = environments.create_batch(config)
     marks["environments"] = time.time()
-    agent = agent_lib.build(config, batch_env)
+    agent = build_lib.build(config, batch_env)
     marks["agent"] = time.time()
     loop = train.make_loop(config, logdir, agent, progress=False)
     iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations

@@ -53,7 +53,7 @@ import optuna
 import ruamel.yaml
 from optuna.trial import TrialState
 
-from batchrl.scripts import configs
+from batchrl import configs
 
 EVAL_LINE = re.compile(r"^step\s+([\d,]+)\s.*\beval score\s+(\S+)")
 OBJECTIVES = ("mean", "final", "best")

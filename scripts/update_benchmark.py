@@ -33,8 +33,8 @@ def _play(config_name, overrides):
     is `num_agents` rows larger, so that it never fills and trains."""
     import tensorflow as tf
 
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import configs, environments
+    from batchrl import build as build_lib
+    from batchrl import configs, environments
     from batchrl.tools.loop import step_function
 
     config = configs.load(config_name, overrides)
@@ -42,7 +42,7 @@ def _play(config_name, overrides):
     config["update_every"] = need + config.num_agents
     batch_env = environments.create_batch(config)
     try:
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         algo = agent.algo
         play = step_function(agent.batch_env, algo, steps_per_call=config.steps_per_call)
         reset = True
@@ -67,14 +67,14 @@ def measure(config_name, overrides, repeats, memory):
     episodes, length, final, terminated = memory
     import tensorflow as tf
 
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import configs, environments
+    from batchrl import build as build_lib
+    from batchrl import configs, environments
 
     config = configs.load(config_name, overrides)
-    agent_lib.check(config)
+    build_lib.check(config)
     batch_env = environments.create_batch(config)
     try:
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         agent.should_log.assign(False)
         algo = agent.algo
         rows = tf.range(config.update_every)
@@ -114,7 +114,7 @@ def main(argv=None):
                         help="timed updates per variant after the first (default: %(default)s)")
     args = parser.parse_args(argv)
     variants = args.variant or ["jit_update=false", "jit_update=true"]
-    from batchrl.scripts import configs
+    from batchrl import configs
 
     try:
         for variant in variants:

@@ -6,7 +6,7 @@ import tensorflow as tf
 from gymnasium import spaces
 
 from batchrl.agent import Agent
-from batchrl.scripts.configs import ConfigError
+from batchrl.configs import ConfigError
 
 SMALL = {"policy_layers": [16], "value_layers": [16], "update_every": 4, "update_epochs": 2,
          "max_length": 10}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from batchrl.scripts import configs, environments
+from batchrl import configs, environments
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.envpool_env import EnvPoolBatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv

@@ -1,6 +1,6 @@
 import pytest
 
-from batchrl.scripts import configs
+from batchrl import configs
 
 
 def test_named_config_is_layered_over_default():

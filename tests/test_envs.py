@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl import build as build_lib
+from batchrl import configs, environments
 from batchrl.envs import CartPole, Pendulum
-from batchrl.scripts import agent as agent_lib
-from batchrl.scripts import configs, environments
 from batchrl.tools.mock_algorithm import MockAlgorithm
 from batchrl.tools.simulate import simulate
 
@@ -262,6 +262,6 @@ def test_configs_select_native_environments():
     batch_env = environments.create_batch(config)
     assert isinstance(batch_env, Pendulum) and len(batch_env) == 3
     assert batch_env.max_episode_steps == 200
-    agent_lib.check(config)
-    agent = agent_lib.build(config, batch_env)
+    build_lib.check(config)
+    agent = build_lib.build(config, batch_env)
     assert agent.batch_env is batch_env  # Not wrapped in an InGraphBatchEnv.

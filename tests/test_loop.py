@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl import configs
 from batchrl.algorithms.ppo import PPO
-from batchrl.scripts import configs
+from batchrl.networks import feed_forward_gaussian
 from batchrl.scripts.events import read_scalars
-from batchrl.scripts.networks import feed_forward_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.loop import Loop

@@ -4,8 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from batchrl.scripts import configs
-from batchrl.scripts.networks import NETWORKS
+from batchrl import configs
+from batchrl.networks import NETWORKS
 
 
 def _networks(name, action_space, **overrides):

@@ -223,7 +223,7 @@ def test_matches_batch_env(constructor, num_envs, num_workers, groups):
 
 
 def test_half_cheetah_matches_batch_env():
-    from batchrl.scripts import environments
+    from batchrl import environments
 
     constructor = functools.partial(environments.create, "HalfCheetah-v5", 1000)
     rng = np.random.default_rng(0)
@@ -436,7 +436,7 @@ def test_no_leak_and_no_tracker_warning_at_exit(end):
 
 
 def test_configs_build_a_parallel_batch_env_seeded_like_the_in_process_batch():
-    from batchrl.scripts import configs, environments
+    from batchrl import configs, environments
     settings = {"env": "Pendulum-v1", "num_agents": 5, "seed": 3}
     in_process = environments.create_batch(
         configs.load("pendulum", {**settings, "env_processes": False}))

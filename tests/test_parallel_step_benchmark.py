@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import parallel_step_benchmark as benchmark  # noqa: E402
 
-from batchrl.scripts import environments  # noqa: E402
+from batchrl import environments  # noqa: E402
 from batchrl.tools.batch_env import BatchEnv  # noqa: E402
 
 

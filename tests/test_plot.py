@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl.scripts import configs
+from batchrl import configs
 from batchrl.scripts.events import Scalar
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl import configs
 from batchrl.algorithms.ppo import PPO
-from batchrl.scripts import configs
-from batchrl.scripts.networks import feed_forward_gaussian, recurrent_gaussian
+from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_environment import MockEnvironment

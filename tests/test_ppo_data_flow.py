@@ -18,9 +18,10 @@ import pytest
 import tensorflow as tf
 from gymnasium import spaces
 
+from batchrl import configs
 from batchrl.algorithms.ppo import PPO
-from batchrl.scripts import configs, events
-from batchrl.scripts.networks import NETWORKS
+from batchrl.networks import NETWORKS
+from batchrl.scripts import events
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_environment import MockEnvironment

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from batchrl.scripts import configs
+from batchrl import configs
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import throughput_report  # noqa: E402

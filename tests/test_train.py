@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from batchrl.scripts import configs, train
+from batchrl import configs
+from batchrl.scripts import train
 
 SHORT = ["--set", "steps=2000", "--set", "eval_every=1000", "--set", "log_every=500",
          "--set", "eval_episodes=2", "--set", "num_agents=4", "--set", "update_every=4",

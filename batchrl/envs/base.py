@@ -38,7 +38,7 @@ class NativeBatchEnv:
       brings it to `max_episode_steps` truncates the episode (like Gymnasium's `TimeLimit`).
 
     `observation_space` and `action_space` (attributes) are the Gymnasium spaces of one
-    environment, equal to those of `batchrl.scripts.environments.create(gymnasium_id)`;
+    environment, equal to those of `batchrl.environments.create(gymnasium_id)`;
     `gymnasium_id` (class attribute) names the equivalent Gymnasium environment (e.g. to
     render videos).
 
@@ -57,7 +57,7 @@ class NativeBatchEnv:
       ValueError: `num_envs` or `max_episode_steps` is not a positive int.
     """
 
-    in_graph = True  # Tells `batchrl.scripts.environments` not to wrap it in a BatchEnv.
+    in_graph = True  # Tells `batchrl.environments` not to wrap it in a BatchEnv.
     gymnasium_id = None  # Set by subclasses, e.g. "Pendulum-v1".
     state_size = None  # Set by subclasses: the number of state variables.
 

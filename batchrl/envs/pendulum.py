@@ -23,7 +23,7 @@ class Pendulum(NativeBatchEnv):
 
     The dynamics, reward, limits and initial-state distribution are those of Gymnasium's
     `PendulumEnv` (gymnasium/envs/classic_control/pendulum.py, v1), with the time limit
-    and the action rescaling of `batchrl.scripts.environments.create("Pendulum-v1")`:
+    and the action rescaling of `batchrl.environments.create("Pendulum-v1")`:
 
     - state `[theta, theta_dot]`, float64: the angle in rad (0 is upright, positive
       counter-clockwise, not wrapped) and the angular velocity in rad/s;

@@ -11,7 +11,7 @@ policies take and return `state`. It loads with `tf.saved_model.load` without ba
 import argparse
 import sys
 
-from batchrl.scripts import configs
+from batchrl import configs
 from batchrl.scripts.visualize import find_run
 
 
@@ -25,13 +25,13 @@ def export_run(config, checkpoint, outdir, seed=0):
     Raises:
       ConfigError: the environment has no Gymnasium twin, or the checkpoint does not fit.
     """
+    from batchrl import build as build_lib
+    from batchrl import environments
     from batchrl import export as export_lib
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import environments
     from batchrl.scripts.visualize import restore
     from batchrl.tools.batch_env import BatchEnv
 
-    agent_lib.check(config)
+    build_lib.check(config)
     env_id = environments.gymnasium_id(config.env)
     if env_id is None:
         raise configs.ConfigError(
@@ -41,7 +41,7 @@ def export_run(config, checkpoint, outdir, seed=0):
     env = environments.create(env_id, environments.episode_limit(config), kwargs=kwargs)
     batch_env = BatchEnv([env], blocking=True)
     try:
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         restore(agent, checkpoint)
         export_lib.export_policy(agent.algo, env.observation_space,
                                  env.unwrapped.action_space, outdir, seed)

@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 
-from batchrl.scripts import configs
+from batchrl import configs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
@@ -70,7 +70,7 @@ def inter_op_threads(config):
     no slower; with worker processes (`env_processes`) and with the in-graph environments
     of `batchrl.envs` the default was faster.
     """
-    from batchrl.scripts import environments
+    from batchrl import environments
 
     if config.inter_op_threads is not None:
         return config.inter_op_threads
@@ -96,7 +96,7 @@ def set_inter_op_threads(count):
 
 
 def make_loop(config, logdir, agent, progress=None, stop=None):
-    """The training `Loop` of `config` for `agent` (`batchrl.scripts.agent.build`) in
+    """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
     `logdir`: its schedule, progress output and stop event."""
     from batchrl.tools.loop import Loop
 
@@ -124,11 +124,11 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
       batchrl.tools.loop.EnvironmentFailed: an environment raised, in its constructor,
         the first reset or during training.
     """
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import environments
+    from batchrl import build as build_lib
+    from batchrl import environments
     from batchrl.tools.loop import EnvironmentFailed, Interrupted
 
-    agent_lib.check(config)
+    build_lib.check(config)
     check_resume(logdir, config)
     set_inter_op_threads(inter_op_threads(config))
     try:
@@ -138,7 +138,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
             f"before the first step: cannot create the environments: "
             f"{type(error).__name__}: {error}") from error
     try:
-        agent = agent_lib.build(config, batch_env)  # Checks the network against the spaces.
+        agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         prepare_logdir(logdir, config)
         step = agent.step
         loop = make_loop(config, logdir, agent, progress, stop)
@@ -184,9 +184,9 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config = configs.load(args.config, args.set)
-        from batchrl.scripts import agent as agent_lib  # Imports TensorFlow.
+        from batchrl import build as build_lib  # Imports TensorFlow.
 
-        agent_lib.check(config)
+        build_lib.check(config)
         check_resume(args.logdir, config)
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

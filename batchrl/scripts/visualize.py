@@ -36,7 +36,7 @@ import pathlib
 import sys
 import time
 
-from batchrl.scripts import configs
+from batchrl import configs
 
 # Before anything imports TensorFlow, MuJoCo or pygame (they read these when imported).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -102,7 +102,7 @@ def _create_env(env, max_episode_steps, kwargs):
     the body) is rendered through it unless `env_kwargs` choose a camera: Gymnasium 1.4's
     default free camera of HalfCheetah-v5 stays in place while the agent runs away.
     """
-    from batchrl.scripts import environments
+    from batchrl import environments
 
     kwargs = dict(kwargs or {})
     instance = environments.create(
@@ -180,13 +180,13 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     import tensorflow as tf
     import tqdm
 
-    from batchrl.scripts import agent as agent_lib
-    from batchrl.scripts import environments
+    from batchrl import build as build_lib
+    from batchrl import environments
     from batchrl.tools.batch_env import BatchEnv
     from batchrl.tools.simulate import episode_state, simulate
     from batchrl.tools.wrappers import ExternalProcess
 
-    agent_lib.check(config)
+    build_lib.check(config)
     limit = environments.episode_limit(config)
     limit = min(max_steps, limit) if max_steps else limit
     # An in-graph or EnvPool environment is rendered through its Gymnasium equivalent (the
@@ -202,7 +202,7 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     batch_env = BatchEnv([env], blocking=False)
     try:
         batch_env.reset(seed=config.seed if seed is None else seed)
-        agent = agent_lib.build(config, batch_env)
+        agent = build_lib.build(config, batch_env)
         restore(agent, checkpoint)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
@@ -303,9 +303,9 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config, checkpoint = find_run(args.logdir, args.checkpoint)
-        from batchrl.scripts import agent as agent_lib  # Imports TensorFlow.
+        from batchrl import build as build_lib  # Imports TensorFlow.
 
-        agent_lib.check(config)
+        build_lib.check(config)
     except configs.ConfigError as error:
         return _error(error)
     print(f"Recording {args.episodes} episode(s) of {config.env} from {checkpoint} into "

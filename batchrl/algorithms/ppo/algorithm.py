@@ -64,7 +64,7 @@ class PPO:
       is_training: bool scalar tensor or variable.
       should_log: bool scalar tensor or variable; summaries are recorded only when true.
       config: object with the attributes `network` (a constructor from
-        `batchrl.scripts.networks`), `max_length`, `update_every`, `update_epochs`,
+        `batchrl.networks`), `max_length`, `update_every`, `update_epochs`,
         `policy_lr`, `value_lr`, `discount`, `gae_lambda`, `kl_target`,
         `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
         `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,

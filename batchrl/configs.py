@@ -12,7 +12,7 @@ import pathlib
 
 import ruamel.yaml
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 # Constraints beyond the type of the default value.
 _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",

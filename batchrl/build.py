@@ -1,17 +1,18 @@
-"""Building the agent of a config: the in-graph environment, BatchPPO and its checkpoint."""
+"""Building the algorithm of a config: the in-graph environment, BatchPPO and its checkpoint
+(shared by `train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
 
 import keras
 import tensorflow as tf
 
+from batchrl import configs, environments
 from batchrl.algorithms.ppo import PPO
-from batchrl.scripts import configs, environments
-from batchrl.scripts.networks import NETWORKS
+from batchrl.networks import NETWORKS
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 
-Agent = collections.namedtuple(
-    "Agent", "batch_env, algo, step, is_training, should_log, checkpoint")
+Built = collections.namedtuple(
+    "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
 
 
 def check(config):
@@ -42,7 +43,7 @@ def build(config, batch_env):
         (`environments.create_batch` returns either).
 
     Returns:
-      `Agent`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
+      `Built`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
       defines training (`algo.checkpoint_state`).
 
     Raises:
@@ -65,4 +66,4 @@ def build(config, batch_env):
         raise configs.ConfigError(
             f"config key 'network' is {config.network!r}: {error}") from None
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-    return Agent(in_graph, algo, step, is_training, should_log, checkpoint)
+    return Built(in_graph, algo, step, is_training, should_log, checkpoint)

@@ -16,7 +16,7 @@ import importlib
 
 import gymnasium as gym
 
-from batchrl.scripts.configs import ConfigError
+from batchrl.configs import ConfigError
 from batchrl.tools import envpool_env
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv
