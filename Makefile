@@ -1,10 +1,13 @@
 # batchrl: `make train` and `make test` work from a fresh clone; both install into .venv.
-# The virtualenv is rebuilt only when pyproject.toml changes (the TensorFlow wheel is large).
+# The virtualenv is rebuilt only when pyproject.toml or the Python version changes (the
+# TensorFlow wheel is large).
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# One stamp per interpreter version: `make test PYTHON=python3.12` rebuilds a 3.11 .venv.
+PYVERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+STAMP := $(VENV)/.installed-$(PYVERSION)
 CONFIG ?= pendulum
 LOGDIR ?= runs/$(CONFIG)
 
@@ -20,6 +23,10 @@ $(STAMP): pyproject.toml
 	  else \
 	    echo "note: MuJoCo videos need libegl1 libegl-mesa0 libgl1-mesa-dri (apt-get)"; \
 	  fi; \
+	fi
+	@# A .venv of another Python version is removed; one of this version is reused.
+	@if [ -x $(PY) ] && [ "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$(PYVERSION)" ]; then \
+	  echo "rebuilding $(VENV) for Python $(PYVERSION)"; rm -rf $(VENV); \
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

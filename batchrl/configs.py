@@ -12,7 +12,11 @@ import pathlib
 
 import ruamel.yaml
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
+# An installed package carries the configs as batchrl/_configs; a source tree (also an
+# editable install) has them in its top-level configs/.
+CONFIG_DIR = pathlib.Path(__file__).resolve().parent / "_configs"
+if not CONFIG_DIR.is_dir():
+    CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 # Constraints beyond the type of the default value.
 _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
