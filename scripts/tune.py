@@ -28,10 +28,12 @@ highest. --threshold V: minus the steps to the first eval score >= V (never: 2 x
 The study is kept in SQLite (--storage): the same command resumes it. Ctrl-C stops the
 running trials' processes, marks those trials failed and exits with 130; trials left
 RUNNING by a killed session are marked failed on resume; the study goes on until --trials
-trials are complete or pruned. After every trial OUTPUT/trials.md (all trials) and
-OUTPUT/best.yaml (the best trial's config: the named config's keys, the --set keys and the
-best values, for `python -m batchrl.scripts.train --config=OUTPUT/best.yaml`) are
-rewritten. Run one tuner per study at a time.
+trials are complete or pruned. --enqueue-config makes trial 0 of a new study the config's
+own values of the searched keys (each must lie in its space): the baseline that the other
+trials are compared with, measured in the same study. After every trial OUTPUT/trials.md
+(all trials) and OUTPUT/best.yaml (the best trial's config: the named config's keys, the
+--set keys and the best values, for `python -m batchrl.scripts.train
+--config=OUTPUT/best.yaml`) are rewritten. Run one tuner per study at a time.
 """
 
 import argparse
@@ -92,6 +94,20 @@ class Param:
             return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1)
         return trial.suggest_float(self.key, self.low, self.high, step=self.step,
                                    log=self.kind == "log")
+
+    def label(self, value):
+        """The value as Optuna stores it (`suggest`'s inverse), for `enqueue_trial`; raises
+        ConfigError when the value lies outside the space."""
+        if self.kind == "cat":
+            if value not in self.choices:
+                raise configs.ConfigError(
+                    f"{self.key} is {_flow(value)} in the config, not one of {self.describe()}")
+            return value if value is None or isinstance(value, bool | int | float | str) \
+                else _flow(value)
+        if not isinstance(value, int | float) or not self.low <= value <= self.high:
+            raise configs.ConfigError(
+                f"{self.key} is {_flow(value)} in the config, outside {self.describe()}")
+        return value
 
     def describe(self):
         """The spec in a canonical form, e.g. `log:1e-05:0.001`, `cat:[64, 64],null`."""
@@ -500,6 +516,9 @@ def _parser():
     add("--jobs", type=int, default=1, help="trials at once, at most the CPU count (default: 1)")
     add("--sampler-seed", type=int, default=0,
         help="the TPE sampler's seed; a study with --jobs 1 is repeatable (default: 0)")
+    add("--enqueue-config", action="store_true",
+        help="make the first trial of a new study the config's own values of the searched "
+        "keys: a baseline in the same study")
     add("--study", help="the study's name (default: the config's name)")
     add("--storage", help="the SQLite file (default: OUTPUT/study.db)")
     add("--output", help="trial runs, trials.md, best.yaml (default: runs/tune/STUDY)")
@@ -532,7 +551,11 @@ def main(argv=None):
         wanted = json.loads(json.dumps({  # What a resumed study must keep.
             "config": args.config, "set": sets, "seeds": args.seeds, "threshold": args.threshold,
             "objective": args.objective, "search": {p.key: p.describe() for p in params}}))
+        baseline = {param.key: param.label(getattr(base, param.key))
+                    for param in params} if args.enqueue_config else None
         study, stale = open_study(storage, args.study, wanted, args.sampler_seed, pruner)
+        if baseline and not study.trials:
+            study.enqueue_trial(baseline)
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

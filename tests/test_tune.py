@@ -2,6 +2,7 @@
 stand-in for the training command, and one real one)."""
 
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -319,3 +320,26 @@ def test_pruners():
     assert isinstance(tune.make_pruner("hyperband", 40000, 10000),
                       optuna.pruners.HyperbandPruner)
     assert isinstance(tune.make_pruner("none", 40000, 10000), optuna.pruners.NopPruner)
+
+
+def test_enqueue_config_runs_the_configs_own_values_first(tmp_path, fake, capsys):
+    output = tmp_path / "out"
+    args = ["--config=pendulum", "--search", "policy_lr=log:1e-5:1e-3",
+            "--search", "policy_layers=cat:[64,64],[200,100]", "--enqueue-config",
+            "--trials", "2", "--seeds", "0", "--steps", "4000", "--set", "eval_every=1000",
+            "--output", str(output), "--trainer", fake]
+    assert tune.main(args) == 0
+    base = configs.load("pendulum")
+    sets = eval((output / "trial-0" / "seed-0" / "sets").read_text())
+    assert float(sets["policy_lr"]) == base.policy_lr
+    assert sets["policy_layers"] == json.dumps(base.policy_layers)
+    study = optuna.load_study(study_name="pendulum",
+                              storage=f"sqlite:///{output / 'study.db'}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    # A config value outside its space is one error line, before any trial.
+    output = tmp_path / "other"
+    assert tune.main(["--config=pendulum", "--search", "policy_lr=log:1e-3:1e-2",
+                      "--enqueue-config", "--output", str(output), "--trainer", fake]) == 2
+    assert "policy_lr is 0.0003 in the config, outside log:0.001:0.01" in \
+        capsys.readouterr().err
+    assert not (output / "study.db").exists()
