@@ -22,8 +22,9 @@ pruner may stop the trial: its processes get SIGTERM, save a checkpoint and exit
 --jobs trials run at once: up to JOBS x SEEDS training processes.
 
 Objective (maximized; the mean over seeds): `mean`, the mean of a run's eval scores (the
-area under the learning curve: rewards fast learning); `final`, the last; `best`, the
-highest. --threshold V: minus the steps to the first eval score >= V (never: 2 x steps).
+area under the learning curve: rewards fast learning); `final`, the last; `tail`, the mean
+of the evals in the last quarter of the steps (the end of a run, less noisy than one eval);
+`best`, the highest. --threshold V: minus the steps to the first eval score >= V (never: 2 x steps).
 
 The study is kept in SQLite (--storage): the same command resumes it. Ctrl-C stops the
 running trials' processes, marks those trials failed and exits with 130; trials left
@@ -58,7 +59,7 @@ from optuna.trial import TrialState
 from batchrl import configs
 
 EVAL_LINE = re.compile(r"^step\s+([\d,]+)\s.*\beval score\s+(\S+)")
-OBJECTIVES = ("mean", "final", "best")
+OBJECTIVES = ("mean", "final", "tail", "best")
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 TERMINATE_SECONDS = 60  # After SIGTERM, a training process gets this long to save and exit.
 LOG_NAME = "train.log"
@@ -206,13 +207,17 @@ def validate(config, sets, params):
 
 
 def seed_objective(series, objective="mean", threshold=None, steps=None):
-    """One seed's value from its `[(step, eval score), ...]`, sorted by step."""
+    """One seed's value from its `[(step, eval score), ...]`, sorted by step; `tail` and
+    `threshold` need the run's `steps`."""
     values = [value for _, value in series]
     if threshold is not None:
         reached = [step for step, value in series if value >= threshold]
         return -float(reached[0] if reached else 2 * steps)
     if objective == "final":
         return values[-1]
+    if objective == "tail":
+        tail = [value for step, value in series if step >= 0.75 * steps] or values[-1:]
+        return sum(tail) / len(tail)
     return max(values) if objective == "best" else sum(values) / len(values)
 
 
@@ -504,7 +509,8 @@ def _parser():
     add("--seeds", type=int, nargs="+", default=[0], help="seeds of a trial (default: 0)")
     add("--steps", type=int, help="training steps of every run (default: the config's)")
     add("--objective", choices=OBJECTIVES, default="mean",
-        help="mean (area under the eval curve), final or best eval score (default: mean)")
+        help="mean (area under the eval curve), final, tail (mean of the last quarter's "
+        "evals) or best eval score (default: mean)")
     add("--threshold", type=float, help="instead: minus the steps to the first eval score >= "
         "THRESHOLD (not reached: 2 x steps)")
     add("--pruner", choices=("median", "hyperband", "none"), default="median",

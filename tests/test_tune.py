@@ -161,6 +161,8 @@ def test_seed_objectives():
     assert tune.seed_objective(series, "mean") == -250.0
     assert tune.seed_objective(series, "final") == -250.0
     assert tune.seed_objective(series, "best") == -200.0
+    assert tune.seed_objective(series, "tail", steps=8000) == -250.0  # None past 6000: the last.
+    assert tune.seed_objective(series, "tail", steps=2500) == -225.0  # 2000 and 3000.
     assert tune.seed_objective(series, threshold=-210, steps=3000) == -2000.0
     assert tune.seed_objective(series, threshold=-100, steps=3000) == -6000.0  # Not reached.
 
