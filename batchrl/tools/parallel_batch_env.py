@@ -5,48 +5,9 @@ This module must stay free of TensorFlow: worker processes import it.
 Protocol
 --------
 `ParallelBatchEnv` splits its `B` environments into `W` contiguous groups of nearly equal
-size and starts one `ExternalProcess` worker per group, hosting an `_EnvGroup` (not a
-Gymnasium environment). Two channels connect the parent to each worker:
-
-1. ExternalProcess's own pipe, for the life cycle: its `step` requests carry the group's
-   set-up commands, so start-up, the worker's tracebacks, the report of a dead worker (exit
-   code, signal) and shutdown are ExternalProcess's (see `batchrl.tools.wrappers`):
-
-     `(_BUILD,)`    build the environments; reply `{"pid": ..., "envs": [(observation_space,
-                    action_space, id) per environment]}`, or a problem tuple (below)
-     `(_ATTACH, segment, size, layout, command_fifo, reply_fifo)`    map the shared memory
-                    and open the worker's ends of the two FIFOs
-     `(_SERVE,)`    serve the fast channel until the parent closes it; the reply (None, or
-                    the worker's traceback) is only read if the fast channel breaks
-
-2. The fast channel, for stepping: two FIFOs (named pipes, made in a private temporary
-   directory `batchrl-fifos-<parent pid>-*`, removed once both ends are open) carrying single
-   bytes, with everything else in shared memory:
-
-     parent -> worker  `b"s"`                        step each environment of the group
-                       `b"r"` + 4-byte length + pickled `(local_indices, seed)`
-                                                     reset those environments (env `i` with
-                                                     seed `seed + i`, i a batch index)
-     worker -> parent  `b"."`                        done, every environment succeeded
-                       `b"!"` + 4-byte length + pickled problem tuple
-                       end of file                   the worker died or stopped serving
-
-   A problem tuple is `(_RAISED, batch_index, pid, what, traceback)` for an exception of an
-   environment (the group's other environments are still stepped) or `(_BAD_SHAPE,
-   batch_index, pid, shape, repr)` for an observation of the wrong shape.
-
-One POSIX shared memory segment (`/dev/shm/batchrl-<parent pid>-<random>`), created and
-unlinked by the parent, holds five arrays over the whole batch, each group using its rows:
-`action` `[B, *action_shape]` in the action space's dtype (written by the parent),
-`observ` float32 `[B, *observation_shape]`, `reward` float32 `[B]`, `terminated` and
-`truncated` bool `[B]` (written by the workers). The parent writes `action` before it sends
-the commands and reads the results only after every worker has replied, so no lock is
-needed. Only the parent registers the segment with `multiprocessing`'s resource tracker (which
-then removes it if the parent is killed). Workers map it with `shm_open` and `mmap` and never
-register it: in Python 3.11 `SharedMemory(name)` registers the segment in every process that
-attaches it, and a tracker of that process's own would unlink it, warning of a "leaked
-shared_memory" object, when the process exits; unregistering it in a worker instead would
-cancel the parent's registration wherever the tracker is shared (as with `forkserver`).
+size and starts one `ExternalProcess` worker per group, hosting an `EnvGroup` of
+`batchrl.tools.env_group`; that module describes the two channels between the parent and
+each worker and the shared memory they step through.
 
 Why this design (measured on the 2-core machine, `scripts/parallel_step_benchmark.py`):
 ExternalProcess's pickled request and reply cost about 20 us of CPU on each side per worker;
@@ -59,10 +20,8 @@ burning CPU the parent needs on 2 cores; the parent spinning for the last worker
 gained nothing measurable with HalfCheetah or Pendulum.
 """
 
-import _posixshmem
 import contextlib
 import functools
-import mmap
 import os
 import pickle
 import secrets
@@ -71,33 +30,15 @@ import shutil
 import signal
 import tempfile
 import time
-import traceback
 import weakref
 from multiprocessing import shared_memory
 
 import numpy as np
 
+from batchrl.tools import env_group
 from batchrl.tools.wrappers import ExternalProcess, WorkerError
 
 __all__ = ["ParallelBatchEnv"]
-
-# Set-up commands: payloads of ExternalProcess `step` requests to an `_EnvGroup`.
-_BUILD = "build"
-_ATTACH = "attach"
-_SERVE = "serve"
-
-# Fast channel messages.
-_STEP = b"s"
-_RESET = b"r"
-_DONE = b"."
-_PROBLEM = b"!"
-
-# Problems reported in replies.
-_RAISED = "raised"
-_BAD_SHAPE = "bad shape"
-
-# Alignment of the arrays in the shared memory segment, in bytes (a cache line).
-_ALIGN = 64
 
 # How often a waiting parent checks that a worker is still alive, in milliseconds.
 _POLL_SLICE_MS = 500
@@ -278,7 +219,7 @@ class ParallelBatchEnv:
                 f"expected actions convertible to {self._action.dtype} (the action space's "
                 f"dtype), got dtype {actions.dtype}"
             ) from None
-        self._exchange(self._all_workers, _STEP)
+        self._exchange(self._all_workers, env_group.STEP)
         memory = self._memory
         observ = memory.observ.copy()
         reward = memory.reward.copy()
@@ -337,7 +278,7 @@ class ParallelBatchEnv:
             first = self._groups[worker][0]
             local = sorted((indices[owners == worker] - first).tolist())
             workers.append(worker)
-            messages[worker] = _RESET + _framed(pickle.dumps((local, seed)))
+            messages[worker] = env_group.RESET + env_group.framed(pickle.dumps((local, seed)))
         self._exchange(workers, messages)
         observ = self._memory.observ[indices]  # A copy, in the order of `indices`.
         if not np.isfinite(observ).all():
@@ -364,7 +305,7 @@ class ParallelBatchEnv:
         opens the fast channels."""
         for (first, count), name in zip(self._groups, self._worker_names, strict=True):
             self._workers.append(ExternalProcess(
-                functools.partial(_EnvGroup, constructor, first, count),
+                functools.partial(env_group.EnvGroup, constructor, first, count),
                 name=name, timeout=self._timeout))
         # At exit, weakref finalizers run newest first: ours must close the fast channels
         # (workers then leave their serving loop) before the workers' own finalizers ask
@@ -372,7 +313,7 @@ class ParallelBatchEnv:
         self._finalizer.detach()
         self._finalizer = weakref.finalize(
             self, _release, self._workers, self._channels, self._memory)
-        replies = self._set_up((_BUILD,) for _ in self._groups)
+        replies = self._set_up((env_group.BUILD,) for _ in self._groups)
         self._pids = [reply["pid"] for reply in replies]
         described = [entry for reply in replies for entry in reply["envs"]]
         if self._name is None:
@@ -396,15 +337,16 @@ class ParallelBatchEnv:
             raise ValueError(f"unsupported action space {self._action_space!r}: "
                              "its dtype is not numeric")
         self._action_batch_shape = (self._num_envs, *action_shape)
-        layout = _layout(self._num_envs, self._observ_shape, action_shape, action_dtype)
+        layout = env_group.layout(self._num_envs, self._observ_shape, action_shape, action_dtype)
         memory = self._memory
         memory.create(layout)
         self._action = memory.action
         fifos = self._channels.make_fifos(len(self._groups))
-        self._set_up((_ATTACH, memory.segment_name, memory.size, layout, *fifos[k])
+        self._set_up((env_group.ATTACH, memory.segment_name, memory.size, layout, *fifos[k])
                      for k in range(len(self._groups)))
         self._channels.open_command_ends()
-        self._serving = [worker.step((_SERVE,), blocking=False) for worker in self._workers]
+        self._serving = [worker.step((env_group.SERVE,), blocking=False)
+                         for worker in self._workers]
         self._all_workers = list(range(len(self._groups)))
 
     def _set_up(self, commands):
@@ -446,7 +388,7 @@ class ParallelBatchEnv:
             else:
                 for k in workers:
                     try:
-                        _write_all(commands[k], message[k])
+                        env_group.write_all(commands[k], message[k])
                     except OSError:
                         self._worker_gone(k)
             problems, failure = None, None
@@ -477,12 +419,12 @@ class ParallelBatchEnv:
         while True:
             if poll(_POLL_SLICE_MS):
                 reply = os.read(fd, 1)
-                if reply == _DONE:
+                if reply == env_group.DONE:
                     return None
-                if reply == _PROBLEM:
+                if reply == env_group.PROBLEM:
                     try:
-                        size = int.from_bytes(_read_exactly(fd, 4), "little")
-                        return pickle.loads(_read_exactly(fd, size))
+                        size = int.from_bytes(env_group.read_exactly(fd, 4), "little")
+                        return pickle.loads(env_group.read_exactly(fd, size))
                     except EOFError:
                         pass
                 self._worker_gone(k)
@@ -509,8 +451,8 @@ class ParallelBatchEnv:
         """The exception for the most important problem: an environment's exception first
         (as BatchEnv), then the lowest batch index."""
         kind, index, pid, *details = min(
-            problems, key=lambda problem: (problem[0] != _RAISED, problem[1]))
-        if kind == _RAISED:
+            problems, key=lambda problem: (problem[0] != env_group.RAISED, problem[1]))
+        if kind == env_group.RAISED:
             what, worker_traceback = details
             return WorkerError(
                 f"env {index} ({self._labels[index]}): {what} raised in the worker process "
@@ -609,7 +551,7 @@ class _Channels:
 
 
 class _SharedArrays:
-    """The parent's shared memory segment and its arrays (see `_layout`)."""
+    """The parent's shared memory segment and its arrays (see `env_group.layout`)."""
 
     def __init__(self):
         self._segment = None
@@ -617,222 +559,24 @@ class _SharedArrays:
         self.size = 0
 
     def create(self, layout):
-        self.size = max(_ALIGN, max(offset + _nbytes(dtype, shape)
+        self.size = max(env_group.ALIGN, max(offset + env_group.nbytes(dtype, shape)
                                     for dtype, shape, offset in layout.values()))
         name = f"batchrl-{os.getpid()}-{secrets.token_hex(6)}"
         self._segment = shared_memory.SharedMemory(name=name, create=True, size=self.size)
         self.segment_name = self._segment.name
-        for key, array in _views(self._segment.buf, layout).items():
+        for key, array in env_group.views(self._segment.buf, layout).items():
             setattr(self, key, array)
 
     def release(self):
         segment, self._segment = self._segment, None
         if segment is None:
             return
-        for key in _ARRAYS:
+        for key in env_group.ARRAYS:
             self.__dict__.pop(key, None)  # Drop the views so that the mapping can be closed.
         with contextlib.suppress(BufferError):
             segment.close()
         with contextlib.suppress(FileNotFoundError):
             segment.unlink()
-
-
-class _EnvGroup:
-    """Worker side: the environments `first .. first + count - 1` of the batch.
-
-    Hosted by an `ExternalProcess`, whose `step(command)` requests carry the set-up commands
-    of the module docstring. Not an environment.
-    """
-
-    def __init__(self, constructor, first, count):
-        self._constructor = constructor
-        self._first = first
-        self._count = count
-        self._envs = []
-        self._mapping = None
-        self._command_fd = self._reply_fd = -1
-        self._pid = os.getpid()
-
-    def step(self, command):
-        """Serves one set-up command (see the module docstring); returns the reply."""
-        kind = command[0]
-        if kind == _BUILD:
-            return self._build()
-        if kind == _ATTACH:
-            return self._attach(*command[1:])
-        if kind == _SERVE:
-            return self._serve()
-        raise ValueError(f"unknown command {command!r}")
-
-    def close(self):
-        """Closes the environments (ignoring their errors), the channel and the memory."""
-        for env in self._envs:
-            with contextlib.suppress(Exception):
-                env.close()
-        self._envs = []
-        for fd in (self._command_fd, self._reply_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._command_fd = self._reply_fd = -1
-        for key in _ARRAYS:
-            self.__dict__.pop(key, None)
-        mapping, self._mapping = self._mapping, None
-        if mapping is not None:
-            with contextlib.suppress(BufferError):
-                mapping.close()
-
-    def _build(self):
-        first = self._first
-        for j in range(self._count):
-            try:
-                self._envs.append(self._constructor())
-            except Exception:
-                return (_RAISED, first + j, self._pid, "the constructor", traceback.format_exc())
-        described = []
-        for j, env in enumerate(self._envs):
-            try:
-                spec = getattr(env, "spec", None)
-                env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
-                described.append((env.observation_space, env.action_space, env_id))
-            except Exception:
-                return (_RAISED, first + j, self._pid, "reading the spaces",
-                        traceback.format_exc())
-        return {"pid": self._pid, "envs": described}
-
-    def _attach(self, segment_name, size, layout, command_fifo, reply_fifo):
-        fd = _posixshmem.shm_open("/" + segment_name, os.O_RDWR, mode=0o600)
-        try:
-            self._mapping = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        rows = slice(self._first, self._first + self._count)
-        for key, array in _views(self._mapping, layout).items():
-            setattr(self, key, array[rows])
-        self._observ_shape = self.observ.shape[1:]
-        # The parent holds the reply FIFO's read end, so neither open waits.
-        self._command_fd = os.open(command_fifo, os.O_RDONLY | os.O_NONBLOCK)
-        os.set_blocking(self._command_fd, True)
-        self._reply_fd = os.open(reply_fifo, os.O_WRONLY)
-
-    def _serve(self):
-        """Serves the fast channel until the parent closes it (or this process is gone)."""
-        read, write = os.read, os.write
-        command_fd, reply_fd = self._command_fd, self._reply_fd
-        try:
-            while True:
-                command = read(command_fd, 1)
-                if command == _STEP:
-                    problem = self._step()
-                elif command == _RESET:
-                    size = int.from_bytes(_read_exactly(command_fd, 4), "little")
-                    problem = self._reset(*pickle.loads(_read_exactly(command_fd, size)))
-                elif not command:  # End of file: the parent closed the channel.
-                    return None
-                else:
-                    raise ValueError(f"unknown fast channel command {command!r}")
-                if problem is None:
-                    write(reply_fd, _DONE)
-                else:
-                    _write_all(reply_fd, _PROBLEM + _framed(pickle.dumps(problem)))
-        finally:
-            # The parent reads end of file: the serving loop ended (its reply says why).
-            os.close(reply_fd)
-            self._reply_fd = -1
-
-    def _step(self):
-        actions = self.action.copy()  # Environments may keep their action.
-        observ, reward = self.observ, self.reward
-        terminated, truncated = self.terminated, self.truncated
-        shape = self._observ_shape
-        problem = None
-        for j, env in enumerate(self._envs):
-            try:
-                value, reward[j], terminated[j], truncated[j], _ = env.step(actions[j])
-                if getattr(value, "shape", None) != shape and np.shape(value) != shape:
-                    if problem is None:
-                        problem = (_BAD_SHAPE, self._first + j, self._pid, np.shape(value),
-                                   repr(value))
-                    continue
-                observ[j] = value
-            except Exception:
-                if problem is None or problem[0] != _RAISED:
-                    problem = (_RAISED, self._first + j, self._pid, "step()",
-                               traceback.format_exc())
-        return problem
-
-    def _reset(self, local_indices, seed):
-        observ, shape, first = self.observ, self._observ_shape, self._first
-        problem = None
-        for j in local_indices:
-            try:
-                value, _ = self._envs[j].reset(seed=None if seed is None else seed + first + j)
-                if getattr(value, "shape", None) != shape and np.shape(value) != shape:
-                    if problem is None:
-                        problem = (_BAD_SHAPE, first + j, self._pid, np.shape(value),
-                                   repr(value))
-                    continue
-                observ[j] = value
-            except Exception:
-                if problem is None or problem[0] != _RAISED:
-                    problem = (_RAISED, first + j, self._pid, "reset()", traceback.format_exc())
-        return problem
-
-
-# Helpers.
-
-_ARRAYS = ("action", "observ", "reward", "terminated", "truncated")
-
-
-def _layout(num_envs, observ_shape, action_shape, action_dtype):
-    """`{array name: (dtype str, shape, byte offset)}` of the shared arrays, aligned."""
-    layout, offset = {}, 0
-    arrays = {
-        "action": (action_dtype, (num_envs, *action_shape)),
-        "observ": (np.dtype(np.float32), (num_envs, *observ_shape)),
-        "reward": (np.dtype(np.float32), (num_envs,)),
-        "terminated": (np.dtype(bool), (num_envs,)),
-        "truncated": (np.dtype(bool), (num_envs,)),
-    }
-    for key, (dtype, shape) in arrays.items():
-        layout[key] = (dtype.str, shape, offset)
-        offset += -(-_nbytes(dtype.str, shape) // _ALIGN) * _ALIGN
-    return layout
-
-
-def _nbytes(dtype, shape):
-    return np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
-
-
-def _views(buffer, layout):
-    """NumPy arrays on `buffer` (a memoryview or mmap), one per entry of `layout`."""
-    return {
-        key: np.ndarray(shape, np.dtype(dtype), buffer, offset)
-        for key, (dtype, shape, offset) in layout.items()
-    }
-
-
-def _framed(data):
-    """`data` preceded by its length (4 bytes, little-endian)."""
-    return len(data).to_bytes(4, "little") + data
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exactly(fd, size):
-    """Reads `size` bytes; raises EOFError at end of file."""
-    chunks = []
-    while size:
-        chunk = os.read(fd, size)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
 
 
 def _exists(pid):
