@@ -1,5 +1,5 @@
-"""Nested spaces as flat vectors: `batchrl.tools.nested` (environment side, NumPy), which
-must agree with Gymnasium."""
+"""Nested spaces as flat vectors: `batchrl.tools.nested` (environment side, NumPy) and
+`batchrl.spaces` (graph side), which must agree with each other and with Gymnasium."""
 
 import pickle
 import sys
@@ -8,8 +8,10 @@ import cloudpickle
 import gymnasium
 import numpy as np
 import pytest
+import tensorflow as tf
 from gymnasium import spaces
 
+from batchrl import spaces as spaces_lib
 from batchrl.tools import nested
 from batchrl.tools.nested_tasks import DictPendulum, ReachAndChoose
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv
@@ -83,6 +85,11 @@ def test_flat_observation_space_and_wrapper_flatten_as_gymnasium_does():
     for observ, sample in zip(observs, samples, strict=True):
         assert observ.dtype == np.float32
         np.testing.assert_allclose(observ, spaces.flatten(OBSERVATION, sample), rtol=1e-6)
+    # The graph's flattening (Agent, SavedModel) gives the same batch.
+    batch = nested.check_batch(OBSERVATION, _stack(OBSERVATION, samples), 20)
+    graph = spaces_lib.to_policy_observation(
+        tf.nest.map_structure(tf.constant, batch), OBSERVATION).numpy()
+    np.testing.assert_allclose(graph, np.stack(observs), rtol=1e-6)
 
 
 def test_a_discrete_observation_space_becomes_one_hot():
@@ -90,6 +97,8 @@ def test_a_discrete_observation_space_becomes_one_hot():
     observ, _ = env.reset(seed=0)
     np.testing.assert_array_equal(observ, [0, 0, 1, 0])
     assert not env.observation_space.normalize.any()
+    graph = spaces_lib.to_policy_observation(tf.constant([2, 0]), spaces.Discrete(4))
+    np.testing.assert_array_equal(graph.numpy(), [[0, 0, 1, 0], [1, 0, 0, 0]])
 
 
 def test_flat_actions_map_into_the_nested_space():
@@ -111,6 +120,27 @@ def test_flat_actions_map_into_the_nested_space():
     env.reset(seed=0)
     env.step(np.array([7.5, 2, 1, 0, 1, 0, 1, -1.0, 3.0], np.float32))
     assert env.unwrapped.received[0]["kind"] == 3
+
+
+def test_the_graph_maps_flat_actions_as_the_environment_wrapper_does():
+    flat = nested.FlatActionSpace(ACTION)
+    random = np.random.default_rng(0)
+    actions = np.concatenate([
+        random.normal(0, 3, (50, 1)), random.integers(0, 3, (50, 1)),
+        random.integers(0, 2, (50, 1)), random.integers(0, 3, (50, 1)),
+        random.integers(0, 2, (50, 3)), random.uniform(-1.5, 1.5, (50, 2))], 1)
+    graph = spaces_lib.to_action_space(tf.constant(actions, tf.float32), ACTION)
+    named = spaces_lib.named_actions(graph, ACTION)
+    assert sorted(named) == ["action_free", "action_kind", "action_more_0", "action_more_1",
+                             "action_move"]
+    for row, action in enumerate(actions.astype(np.float32)):
+        expected = flat.unflatten(action)
+        assert ACTION.contains(expected)
+        np.testing.assert_allclose(graph["move"][row], expected["move"], atol=1e-5)
+        np.testing.assert_allclose(graph["free"][row], expected["free"], atol=1e-5)
+        assert graph["kind"][row] == expected["kind"]
+        np.testing.assert_array_equal(graph["more"][0][row], expected["more"][0])
+        np.testing.assert_array_equal(graph["more"][1][row], expected["more"][1])
 
 
 @pytest.mark.parametrize("action, message", [
