@@ -4,12 +4,14 @@ import json
 import pathlib
 import pickle
 
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
 from batchrl import build as build_lib
-from batchrl import configs, environments
+from batchrl import configs, environments, spaces
 from batchrl import export as export_lib
+from batchrl.tools import nested
 from batchrl.tools.application_batch_env import ApplicationBatchEnv
 from batchrl.tools.simulate import act as simulate_act
 from batchrl.tools.simulate import episode_state
@@ -36,17 +38,27 @@ class Agent:
     actions are clipped to [-1, 1] and mapped to the space's bounds before they are
     returned (the unclipped action is what the agent learns from).
 
+    Nested spaces work as in `train` (`batchrl.spaces`): observations of a `Dict` / `Tuple`
+    (leaves `Box`, `Discrete`, `MultiDiscrete`, `MultiBinary`) or a `Discrete` space are
+    given as the space nests them, each leaf with the leading `num_envs` dimension, and
+    flattened in the graph (`Discrete` leaves one-hot, `Box` leaves normalized element by
+    element); actions of such a space (network `feed_forward_composite`) come back nested
+    the same way.
+
     Build one with `Agent.create` or `Agent.load`.
 
     Args:
       config: a validated `Config` (its `num_agents` is the number of environments).
-      observation_space: `gymnasium.spaces.Box`, the space of one environment.
-      action_space: `gymnasium.spaces.Box` or `Discrete`, the space of one environment.
+      observation_space: the space of one environment: `Box`, `Discrete`, `MultiDiscrete`,
+        `MultiBinary`, or `Dict` / `Tuple` of these (nested).
+      action_space: the space of one environment: `Box`, `Discrete`, `MultiDiscrete`,
+        `MultiBinary`, or `Dict` / `Tuple` of these (nested).
       logdir: optional directory for TensorBoard summaries (scores, losses, KL).
 
     Raises:
-      ConfigError: the config's network does not fit the spaces, or no episode length
-        limit is known (set `max_length`).
+      ConfigError: the config's network does not fit the spaces, a space is not supported
+        (the message names the leaf), or no episode length limit is known (set
+        `max_length`).
     """
 
     def __init__(self, config, observation_space, action_space, logdir=None):
@@ -54,10 +66,15 @@ class Agent:
         self._num_envs = int(config.num_agents)
         self.observation_space = observation_space
         self.action_space = action_space
-        self._observ_shape = tuple(observation_space.shape)
-        self._policy_space = export_lib.policy_action_space(action_space)
+        try:
+            policy_observation_space = spaces.policy_observation_space(observation_space)
+            policy_action_space = spaces.policy_action_space(action_space)
+        except ValueError as error:
+            raise configs.ConfigError(str(error)) from None
+        self._nested = not isinstance(observation_space, gym.spaces.Box)
+        self._observ_shape = tuple(observation_space.shape or ())
         self._batch_env = ApplicationBatchEnv(
-            self._num_envs, observation_space, self._policy_space)
+            self._num_envs, policy_observation_space, policy_action_space)
         self._built = build_lib.build(config, self._batch_env)
         self._algo = self._built.algo
         self._max_length = int(environments.episode_limit(config))
@@ -90,8 +107,7 @@ class Agent:
         Args:
           config: a config name under `configs/`, a path to a YAML file, or a dict of keys
             layered over `configs/default.yaml`.
-          observation_space: `gymnasium.spaces.Box`, the space of one environment.
-          action_space: `gymnasium.spaces.Box` or `Discrete`, of one environment.
+          observation_space, action_space: the spaces of one environment (see `Agent`).
           num_envs: int >= 1, the environments the application steps at once.
           seed: int, seeds the networks and the action sampling.
           logdir: optional directory for TensorBoard summaries.
@@ -122,20 +138,23 @@ class Agent:
         """The actions of all environments for their current observations.
 
         Args:
-          observation: `[num_envs, *observation_shape]` array (cast to float32).
+          observation: `[num_envs, *observation_shape]` array (cast to float32); for a
+            nested space, a dict / tuple nested as the space with such an array per leaf
+            (`Discrete` leaves: integers `[num_envs]`).
           deterministic: the mean (mode) action, recording nothing; else a sampled action
             that the next `observe` completes.
 
         Returns:
           numpy `[num_envs, *action_shape]`: float32 within the `Box`'s bounds, or int32
-          for `Discrete`.
+          for `Discrete`; for a nested space, its nesting of such arrays (`MultiDiscrete`:
+          int32, `MultiBinary`: int8; see `batchrl.spaces.to_action_space`).
 
         Raises:
-          ValueError: the observation has the wrong shape or is not finite.
+          ValueError: the observation (or a leaf of it, named) has the wrong shape or
+            structure, is not finite, or is outside its `Discrete` range.
           RuntimeError: `act` while a sampled action still waits for its `observe`.
         """
-        observ = self._check_array(observation, "observation",
-                                   (self._num_envs,) + self._observ_shape)
+        observ = self._check_observation(observation, "observation")
         if self._pending == "train":
             raise RuntimeError(
                 "act() called again before observe(): report the result of the last action "
@@ -146,7 +165,7 @@ class Agent:
         else:
             action = self._act_sampled(observ)
             self._pending = "train"
-        return action.numpy()
+        return tf.nest.map_structure(lambda tensor: tensor.numpy(), action)
 
     def observe(self, reward, terminated, truncated, final_observation=None):
         """Reports the step that the actions of the last `act` led to.
@@ -159,10 +178,11 @@ class Agent:
           reward: `[num_envs]` float rewards.
           terminated: `[num_envs]` bools, the episode ended in a terminal state.
           truncated: `[num_envs]` bools, the episode was cut off (a time limit).
-          final_observation: optional `[num_envs, *observation_shape]`, the observation
-            after the step; for truncated episodes the value is bootstrapped from it (it is
-            the final observation of an ended episode, before the environment's reset).
-            Omitted: the observation that the last action was taken in stands in for it.
+          final_observation: optional `[num_envs, *observation_shape]` (nested as in
+            `act`), the observation after the step; for truncated episodes the value is
+            bootstrapped from it (it is the final observation of an ended episode, before
+            the environment's reset). Omitted: the observation that the last action was
+            taken in stands in for it.
 
         Returns:
           numpy bool `[num_envs]`, the episodes that ended (terminated or truncated).
@@ -186,8 +206,9 @@ class Agent:
         if final_observation is None:
             nextob = self._batch_env.observ
         else:
-            nextob = self._check_array(final_observation, "final_observation",
-                                       shape + self._observ_shape)
+            nextob = self._check_observation(final_observation, "final_observation")
+            if self._nested:
+                nextob = self._flatten(nextob)
         lengths = self._lengths + 1
         too_long = np.flatnonzero(lengths > self._max_length)
         if too_long.size:
@@ -260,7 +281,8 @@ class Agent:
         """Writes the policy as a SavedModel for serving (`batchrl.export.export_policy`):
         `serving_default` maps `observation` float32 `[None, *observation_shape]` to the
         `action` that `act(observation, deterministic=True)` returns, `sample` to a sampled
-        one; a recurrent policy also takes and returns `state`. It loads with
+        one; a recurrent policy also takes and returns `state`; nested spaces have an input
+        per observation leaf and an output per action leaf. It loads with
         `tf.saved_model.load` without batchrl.
 
         Returns:
@@ -277,25 +299,32 @@ class Agent:
     # Graph functions, traced once each (`_trace`).
 
     def _trace(self):
-        observ_spec = tf.TensorSpec((self._num_envs,) + self._observ_shape, tf.float32)
+        observ_spec = spaces.observation_spec(self.observation_space, self._num_envs)
+        flat_spec = tf.TensorSpec(self._batch_env.observ.shape, tf.float32)
         flags = tf.TensorSpec([self._num_envs], tf.bool)
         self._act_sampled = tf.function(self._act_graph, input_signature=[observ_spec])
         self._act_deterministic = tf.function(
             self._act_deterministic_graph, input_signature=[observ_spec])
+        self._flatten = tf.function(
+            lambda observ: spaces.to_policy_observation(observ, self.observation_space),
+            input_signature=[observ_spec])
         self._observe = tf.function(self._observe_graph, input_signature=[
-            tf.TensorSpec([self._num_envs], tf.float32), flags, flags, observ_spec,
+            tf.TensorSpec([self._num_envs], tf.float32), flags, flags, flat_spec,
             tf.TensorSpec([], tf.bool)])
         self._reset_eval_state = tf.function(
             self._reset_eval_state_graph, input_signature=[flags])
 
-    def _act_graph(self, observ):
+    def _act_graph(self, observation):
+        observ = spaces.to_policy_observation(observation, self.observation_space)
         action = simulate_act(self._batch_env, self._algo, observ)
-        return export_lib.to_action_space(action, self.action_space)
+        return spaces.to_action_space(action, self.action_space)
 
-    def _act_deterministic_graph(self, observ):
+    def _act_deterministic_graph(self, observation):
+        observ = spaces.to_policy_observation(observation, self.observation_space)
         action, state = self._algo.policy_action(observ, self._eval_state)
         with tf.control_dependencies([self._eval_state.assign(state)]):
-            return export_lib.to_action_space(action, self.action_space)
+            action = tf.identity(action)
+        return spaces.to_action_space(action, self.action_space)
 
     def _observe_graph(self, reward, terminated, truncated, nextob, log):
         with self._writer.as_default(step=self._built.step):
@@ -310,6 +339,12 @@ class Agent:
         return self._eval_state.assign(self._eval_state * keep)
 
     # Input checks.
+
+    def _check_observation(self, value, name):
+        """The observation as arrays of the dtypes of `spaces.observation_spec`."""
+        if not self._nested:
+            return self._check_array(value, name, (self._num_envs,) + self._observ_shape)
+        return nested.check_batch(self.observation_space, value, self._num_envs, name)
 
     def _check_array(self, value, name, shape):
         array = np.asarray(value, np.float32)

@@ -120,7 +120,8 @@ def episode_limit(config):
 
 
 def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
-    """One environment with `standard_wrappers` (time limit, action range [-1, 1], float32).
+    """One environment with `standard_wrappers` (time limit, action range [-1, 1], float32
+    observations, nested spaces flattened).
 
     Args:
       env: a Gymnasium id or `module:attribute`.

@@ -1,31 +1,8 @@
 """Exporting an algorithm's policy as a SavedModel for serving, free of batchrl."""
 
-import gymnasium as gym
-import numpy as np
 import tensorflow as tf
 
-
-def policy_action_space(action_space):
-    """The action space the policy acts in: `Box(-1, 1)` for a `Box` with finite bounds (as
-    `batchrl.tools.wrappers.standard_wrappers` gives `train`), else `action_space` itself."""
-    if (isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all()
-            and np.isfinite(action_space.high).all()):
-        return gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
-    return action_space
-
-
-def to_action_space(action, action_space):
-    """Maps policy actions into `action_space`, inside the graph.
-
-    For a `Box` with finite bounds, `action` (float32 `[n, *shape]`, in [-1, 1] by design)
-    is clipped to [-1, 1] and mapped linearly onto [low, high]; other actions pass as they
-    are.
-    """
-    if policy_action_space(action_space) is action_space:
-        return action
-    low = tf.constant(action_space.low, tf.float32)
-    high = tf.constant(action_space.high, tf.float32)
-    return low + (tf.clip_by_value(action, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
+from batchrl import spaces
 
 
 class _ExportedPolicy(tf.Module):
@@ -38,13 +15,14 @@ class _ExportedPolicy(tf.Module):
         self.policy_variables = list(algo.networks.policy.variables)
         self.observ_filter = algo.checkpoint_state["observ_filter"]
         self.generator = tf.random.Generator.from_seed(seed)
-        observ_spec = tf.TensorSpec((None,) + tuple(observation_space.shape), tf.float32,
-                                    name="observation")
+        observ_spec = spaces.observation_spec(observation_space)
         state_size = algo.state_size
 
         def act(observation, state, generator):
-            action, state = algo.policy_action(observation, state, generator)
-            return to_action_space(action, action_space), state
+            observ = spaces.to_policy_observation(observation, observation_space)
+            action, state = algo.policy_action(observ, state, generator)
+            action = spaces.to_action_space(action, action_space)
+            return spaces.named_actions(action, action_space), state
 
         if state_size:
             state_spec = tf.TensorSpec([None, state_size], tf.float32, name="state")
@@ -52,13 +30,13 @@ class _ExportedPolicy(tf.Module):
             def serve(generator):
                 def function(observation, state):
                     action, state = act(observation, state, generator)
-                    return {"action": action, "state": state}
+                    return dict(action, state=state)
                 return tf.function(function, input_signature=[observ_spec, state_spec])
         else:
             def serve(generator):
                 def function(observation):
-                    state = tf.zeros([tf.shape(observation)[0], 0])
-                    return {"action": act(observation, state, generator)[0]}
+                    batch = tf.shape(tf.nest.flatten(observation)[0])[0]
+                    return act(observation, tf.zeros([batch, 0]), generator)[0]
                 return tf.function(function, input_signature=[observ_spec])
 
         self.deterministic = serve(None)
@@ -80,6 +58,16 @@ def export_policy(algo, observation_space, action_space, directory, seed=0):
 
     For a recurrent policy both also take `state` float32 `[None, state_size]` (zeros at
     the start of an episode) and return the next `state`.
+
+    Nested spaces (`Dict` / `Tuple`) have one input per observation leaf and one output per
+    action leaf, named by the leaf's path (`batchrl.tools.nested.leaf_key`): e.g.
+    `observation_angle` and `observation_velocity` for `Dict(angle=..., velocity=...)`,
+    `action_move` and `action_kind` for `Dict(kind=..., move=...)`; dtypes as
+    `batchrl.spaces.observation_spec` and `batchrl.spaces.to_action_space` give them
+    (float32 `Box` leaves, int64 `Discrete` observation leaves, int32 `Discrete` action
+    leaves, ...). A `Discrete` observation is an int64 `observation` `[None]`. The same
+    functions, `model.deterministic` and `model.sample` of the loaded model, also take the
+    nested observation itself (a dict / tuple of tensors, as the space says).
 
     Args:
       algo: the algorithm (its `networks`, `checkpoint_state["observ_filter"]`,

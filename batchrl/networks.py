@@ -9,13 +9,17 @@ and returns `Networks(policy, value, distribution)`:
   parameters, each `[batch, time, ...]`, and the state after the last step. Feed-forward
   policies have `state_size` 0 and pass the (empty) state through;
 - `value`: a Keras model mapping the same observations to float32 `[batch, time]`;
-- `distribution`: the class that turns the policy's output into an action distribution
-  (see `batchrl.algorithms.distributions`).
+- `distribution`: the class (or a `functools.partial` of one) that turns the policy's
+  output into an action distribution (see `batchrl.algorithms.distributions`).
+
+Observations of a nested space arrive flattened (`batchrl.tools.nested`); a nested action
+space needs `feed_forward_composite`.
 
 Both models are built (their weights exist) when returned.
 """
 
 import collections
+import functools
 import math
 
 import gymnasium as gym
@@ -23,7 +27,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
+from batchrl.algorithms.distributions import (
+    Bernoulli,
+    Categorical,
+    Composite,
+    DiagonalGaussian,
+    MultiCategorical,
+)
+from batchrl.tools import nested
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
@@ -161,6 +172,83 @@ class CategoricalPolicy(keras.Model):
         return {"logits": self._logits(self._hidden(observ))}, state
 
 
+class _CategoricalHead(keras.layers.Layer):
+    """Logits of `k` choices among `nvec[i]` actions each, `[batch, time, k, max(nvec)]`;
+    the logits of actions a choice lacks are -1e9 (probability 0). Initialized small
+    (`init_mean_factor`), so the initial policy is close to uniform."""
+
+    def __init__(self, nvec, init_mean_factor, name="categorical"):
+        super().__init__(name=name)
+        nvec = np.asarray(nvec, np.int64).reshape(-1)
+        self._shape = (len(nvec), int(nvec.max()))
+        self._logits = keras.layers.Dense(
+            int(np.prod(self._shape)), kernel_initializer=keras.initializers.VarianceScaling(
+                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
+        lacking = np.arange(self._shape[1])[None, :] >= nvec[:, None]
+        self._lacking = np.where(lacking, -1e9, 0.0).astype(np.float32)
+
+    def call(self, hidden):
+        logits = self._logits(hidden)
+        logits = tf.reshape(logits, tf.concat([tf.shape(logits)[:-1], self._shape], 0))
+        return {"logits": logits + self._lacking}
+
+
+class _BernoulliHead(keras.layers.Layer):
+    """Logits of `size` independent bits, `[batch, time, size]`, initialized small."""
+
+    def __init__(self, size, init_mean_factor, name="bernoulli"):
+        super().__init__(name=name)
+        self._logits = keras.layers.Dense(
+            size, kernel_initializer=keras.initializers.VarianceScaling(
+                scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
+
+    def call(self, hidden):
+        return {"logits": self._logits(hidden)}
+
+
+class CompositePolicy(keras.Model):
+    """Feed-forward policy with one head per leaf of a nested action space, on one MLP.
+
+    A `Box` leaf gets a Gaussian head as in `GaussianPolicy` (tanh mean, learned
+    observation-independent log standard deviation), a `Discrete` or `MultiDiscrete` leaf
+    categorical logits per choice, a `MultiBinary` leaf Bernoulli logits per bit. The
+    parameters of head `i` are returned under `leaf{i}_mean`, `leaf{i}_logstd`,
+    `leaf{i}_logits`, for `batchrl.algorithms.distributions.Composite`.
+
+    Args:
+      heads: sequence of `(kind, argument)`: `("gaussian", size)`, `("categorical", nvec)`
+        or `("bernoulli", size)`, in the order of the flat action.
+      units: sizes of the hidden layers.
+      init_std: initial standard deviation of the Gaussian heads (> 0).
+      init_mean_factor: scale of the variance-scaling initializer of the output layers.
+      activation, orthogonal: of the hidden layers, as in `_MLP`.
+    """
+
+    state_size = 0
+
+    def __init__(self, heads, units, init_std, init_mean_factor, activation="relu",
+                 orthogonal=False, name="policy"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        layers = []
+        for index, (kind, argument) in enumerate(heads):
+            name = f"leaf{index}"
+            if kind == "gaussian":
+                layers.append(_GaussianHead(argument, init_std, init_mean_factor, name=name))
+            elif kind == "categorical":
+                layers.append(_CategoricalHead(argument, init_mean_factor, name=name))
+            else:
+                layers.append(_BernoulliHead(argument, init_mean_factor, name=name))
+        self._heads = layers
+
+    def call(self, observ, state):
+        hidden = self._hidden(observ)
+        params = {}
+        for index, head in enumerate(self._heads):
+            params.update({f"leaf{index}_{key}": value for key, value in head(hidden).items()})
+        return params, state
+
+
 class ValueNetwork(keras.Model):
     """State-value function: an MLP (`_MLP`) with a linear output, `[batch, time]`; with
     `orthogonal`, the output layer is initialized orthogonally with gain 1."""
@@ -226,6 +314,53 @@ def feed_forward_categorical(observation_space, action_space, config):
     return _built(policy, _value(config), Categorical, observation_space)
 
 
+def feed_forward_composite(observation_space, action_space, config):
+    """Separate policy and value MLPs; one distribution per leaf of the action space
+    (`CompositePolicy`, `batchrl.algorithms.distributions.Composite`): Gaussian for a `Box`
+    leaf, categorical for a `Discrete` leaf and for each element of a `MultiDiscrete` leaf,
+    Bernoulli for each bit of a `MultiBinary` leaf. For a one-dimensional `Box`, a nested
+    action space (`batchrl.tools.nested.FlatActionSpace`: `Dict` / `Tuple` of those leaves),
+    a `MultiDiscrete` or a `MultiBinary` space.
+
+    Config keys: `policy_layers`, `value_layers`, `init_std` (of the Gaussian leaves),
+    `init_mean_factor`, `activation`, `orthogonal_init`. Evaluation takes each leaf's mode.
+
+    Raises:
+      ValueError: for a `Discrete` action space (use `feed_forward_categorical`) or any
+        other action space that is none of the above.
+    """
+    if isinstance(action_space, nested.FlatActionSpace):
+        leaves = [(leaf.space, leaf.size) for leaf in action_space.leaves]
+    elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        leaves = [(action_space, action_space.shape[0])]
+    else:
+        raise ValueError(
+            f"network feed_forward_composite needs a one-dimensional Box or a nested action "
+            f"space (Dict / Tuple of Box, Discrete, MultiDiscrete, MultiBinary), got "
+            f"{action_space}"
+            + ("; use feed_forward_categorical for a Discrete one"
+               if isinstance(action_space, gym.spaces.Discrete) else ""))
+    heads, components = [], []
+    for index, (leaf, size) in enumerate(leaves):
+        if isinstance(leaf, gym.spaces.Box):
+            heads.append(("gaussian", size))
+            distribution = DiagonalGaussian
+        elif isinstance(leaf, gym.spaces.Discrete):
+            heads.append(("categorical", [leaf.n]))
+            distribution = MultiCategorical
+        elif isinstance(leaf, gym.spaces.MultiDiscrete):
+            heads.append(("categorical", leaf.nvec))
+            distribution = MultiCategorical
+        else:
+            heads.append(("bernoulli", size))
+            distribution = Bernoulli
+        components.append((f"leaf{index}", distribution, size))
+    policy = CompositePolicy(heads, config.policy_layers, config.init_std,
+                             config.init_mean_factor, **_hidden(config))
+    return _built(policy, _value(config),
+                  functools.partial(Composite, components=components), observation_space)
+
+
 def _hidden(config):
     """The hidden layers' keyword arguments of the config (`activation`, `orthogonal`)."""
     return {"activation": config.activation, "orthogonal": config.orthogonal_init}
@@ -236,6 +371,10 @@ def _value(config):
 
 
 def _check_box(action_space, name):
+    if isinstance(action_space, nested.FlatActionSpace):
+        raise ValueError(
+            f"network {name} needs a one-dimensional Box action space, got "
+            f"{action_space.space}; use feed_forward_composite for it")
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise ValueError(
             f"network {name} needs a one-dimensional Box action space, got {action_space}")
@@ -252,4 +391,5 @@ NETWORKS = {
     "feed_forward_gaussian": feed_forward_gaussian,
     "recurrent_gaussian": recurrent_gaussian,
     "feed_forward_categorical": feed_forward_categorical,
+    "feed_forward_composite": feed_forward_composite,
 }

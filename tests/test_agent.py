@@ -206,42 +206,163 @@ import tensorflow as tf
 data = np.load(sys.argv[2])
 model = tf.saved_model.load(sys.argv[1])
 serve = model.signatures["serving_default"]
-inputs = {"observation": tf.constant(data["observation"])}
-if "state" in data:
-    inputs["state"] = tf.constant(data["state"])
+inputs = {key: tf.constant(data[key]) for key in data.files}
 result = serve(**inputs)
-sampled = model.signatures["sample"](**inputs)["action"].numpy()
+sampled = model.signatures["sample"](**inputs)
+leaves = {key[len("observation_"):]: value for key, value in inputs.items()
+          if key.startswith("observation_")}
+if leaves:  # The same function takes the nested observation itself.
+    again = model.deterministic(leaves)
+    assert all(np.array_equal(again[key], result[key]) for key in result)
 assert "batchrl" not in sys.modules
-np.savez(sys.argv[3], action=result["action"].numpy(), sampled=sampled)
+np.savez(sys.argv[3], **{key: value.numpy() for key, value in result.items()},
+         **{"sampled_" + key: value.numpy() for key, value in sampled.items()})
 """
 
+NESTED_OBSERVATION = spaces.Dict({
+    "angle": spaces.Box(-1.0, 1.0, (2,), np.float32),
+    "cue": spaces.Discrete(3, start=1),
+    "velocity": spaces.Box(-8.0, 8.0, (1,), np.float32)})
+NESTED_ACTION = spaces.Dict({
+    "kind": spaces.Discrete(3, start=1),
+    "more": spaces.Tuple((spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(2))),
+    "move": spaces.Box(-2.0, 2.0, (2,), np.float32)})
 
-@pytest.mark.parametrize("network, action_space", [
-    ("feed_forward_gaussian", ACTION),
-    ("feed_forward_categorical", spaces.Discrete(3)),
-    ("recurrent_gaussian", ACTION),
+
+def _nested_observation(num_envs, random):
+    return {"angle": random.uniform(-1, 1, (num_envs, 2)),
+            "cue": random.integers(1, 4, num_envs),
+            "velocity": random.uniform(-8, 8, (num_envs, 1))}
+
+
+def _rows(action, num_envs):
+    """The action of each environment, from the nested batch `act` returns."""
+    return [tf.nest.map_structure(lambda leaf, row=row: leaf[row], action)
+            for row in range(num_envs)]
+
+
+@pytest.mark.parametrize("network, observation_space, action_space", [
+    ("feed_forward_gaussian", OBSERVATION, ACTION),
+    ("feed_forward_categorical", OBSERVATION, spaces.Discrete(3)),
+    ("recurrent_gaussian", OBSERVATION, ACTION),
+    ("feed_forward_composite", NESTED_OBSERVATION, NESTED_ACTION),
 ])
-def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, action_space):
+def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, observation_space,
+                                                          action_space):
     """Served in a process that never imports batchrl, the exported mean actions of 100
     observations equal `act(deterministic=True)` within 1e-5."""
     import subprocess
     import sys
 
-    agent = _agent(num_envs=100, action_space=action_space, network=network)
-    _play(agent, _Feed(100), 6)  # Trains once and moves the observation normalizer.
-    observation = _Feed(100, seed=5).observation()
+    agent = _agent(num_envs=100, observation_space=observation_space,
+                   action_space=action_space, network=network)
+    if observation_space is OBSERVATION:
+        _play(agent, _Feed(100), 6)  # Trains once and moves the observation normalizer.
+        observation = _Feed(100, seed=5).observation()
+        inputs = {"observation": observation}
+    else:
+        random = np.random.default_rng(0)
+        for _ in range(6):
+            agent.act(_nested_observation(100, random))
+            agent.observe(*_Feed(100).step())
+        observation = _nested_observation(100, random)
+        inputs = {"observation_" + key: value for key, value in observation.items()}
+        inputs["observation_cue"] = inputs["observation_cue"].astype(np.int64)
     expected = agent.act(observation, deterministic=True)
     agent.export(tmp_path / "model")
-    inputs = {"observation": observation}
     if agent._algo.state_size:
         inputs["state"] = np.zeros((100, agent._algo.state_size), np.float32)
+    inputs = {key: np.asarray(value, np.float32) if value.dtype == np.float64 else value
+              for key, value in inputs.items()}
     np.savez(tmp_path / "inputs.npz", **inputs)
     subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_BATCHRL, str(tmp_path / "model"),
                     str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")],
                    check=True, cwd=tmp_path)
-    served = np.load(tmp_path / "out.npz")
-    assert served["action"].dtype == expected.dtype
-    np.testing.assert_allclose(served["action"], expected, atol=1e-5)
-    assert served["sampled"].shape == expected.shape
+    served = dict(np.load(tmp_path / "out.npz"))
+    if isinstance(expected, dict):
+        expected = {"action_kind": expected["kind"], "action_more_0": expected["more"][0],
+                    "action_more_1": expected["more"][1], "action_move": expected["move"]}
+    else:
+        expected = {"action": expected}
+    for key, value in expected.items():
+        assert served[key].dtype == value.dtype, key
+        np.testing.assert_allclose(served[key], value, atol=1e-5, err_msg=key)
+        assert served["sampled_" + key].shape == value.shape
     if network != "feed_forward_categorical":
-        assert not np.allclose(served["sampled"], expected), "sample draws from the policy"
+        assert not np.allclose(served["sampled_action" if "action" in served else
+                                      "sampled_action_move"],
+                               served["action" if "action" in served else "action_move"]), \
+            "sample draws from the policy"
+
+
+def test_nested_spaces_act_learn_and_continue_after_load(tmp_path):
+    agent = _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
+                   network="feed_forward_composite")
+    random = np.random.default_rng(0)
+    feed = _Feed(3)
+    before = [v.numpy().copy() for v in agent._algo.networks.policy.trainable_variables]
+    for _ in range(30):
+        action = agent.act(_nested_observation(3, random))
+        assert action["kind"].dtype == np.int32 and action["move"].dtype == np.float32
+        assert action["more"][0].dtype == np.int32 and action["more"][1].dtype == np.int8
+        assert all(NESTED_ACTION.contains(row) for row in _rows(action, 3)), action
+        agent.observe(*feed.step(), final_observation=_nested_observation(3, random))
+    after = agent._algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+    assert agent._act_sampled.experimental_get_tracing_count() == 1
+    # Observations are flattened as Gymnasium does: angle (2), cue one-hot (3), velocity (1).
+    # The normalizer has moved, but leaves the one-hot elements as they are.
+    flat = np.array([[0.5, -0.5, 0.0, 1.0, 0.0, 3.0]], np.float32)
+    normalized = agent._algo._observ_filter.transform(flat).numpy()
+    np.testing.assert_array_equal(normalized[0, 2:5], [0.0, 1.0, 0.0])
+    assert not np.allclose(normalized[0, [0, 1, 5]], flat[0, [0, 1, 5]])
+    observation = _nested_observation(3, random)
+    expected = agent.act(observation, deterministic=True)
+    agent.observe(*feed.step())
+    agent.save(tmp_path / "agent")
+    loaded = Agent.load(tmp_path / "agent", NESTED_OBSERVATION, NESTED_ACTION)
+    again = loaded.act(observation, deterministic=True)
+    for ours, theirs in zip(tf.nest.flatten(expected), tf.nest.flatten(again), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_wrong_nested_observations_and_spaces_name_the_leaf():
+    agent = _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
+                   network="feed_forward_composite")
+    random = np.random.default_rng(0)
+    observation = _nested_observation(3, random)
+    with pytest.raises(ValueError, match=r"observation\['angle'\] of shape \(3, 3\), "
+                                         r"expected \(3, 2\)"):
+        agent.act(dict(observation, angle=np.zeros((3, 3))))
+    with pytest.raises(ValueError, match=r"observation\['cue'\] holds values outside "
+                                         r"Discrete\(3, start=1\) for environments \[2\]"):
+        agent.act(dict(observation, cue=np.array([1, 3, 0])))
+    with pytest.raises(ValueError, match=r"observation\['velocity'\] is missing"):
+        agent.act({"angle": observation["angle"], "cue": observation["cue"]})
+    agent.act(observation)
+    with pytest.raises(ValueError, match=r"final_observation\['velocity'\] is not finite for "
+                                         r"environments \[1\]"):
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                      final_observation=dict(observation, velocity=np.array([[0], [np.nan], [0]])))
+    with pytest.raises(ConfigError, match=r"action\['more'\]\[1\] is Text"):
+        _agent(action_space=spaces.Dict({"more": spaces.Tuple((spaces.Discrete(2),
+                                                                 spaces.Text(3)))}),
+               network="feed_forward_composite")
+    with pytest.raises(ConfigError, match=r"'network' is 'feed_forward_gaussian'.*Box .*Dict.*"
+                                          r"use feed_forward_composite"):
+        _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION)
+
+
+def test_discrete_observations_are_one_hot():
+    agent = _agent(observation_space=spaces.Discrete(5), action_space=spaces.Discrete(2),
+                   network="feed_forward_categorical")
+    feed = _Feed(3)
+    for step in range(10):
+        action = agent.act(np.array([0, 4, step % 5]))
+        assert set(action.tolist()) <= {0, 1}
+        agent.observe(*feed.step())
+    np.testing.assert_array_equal(agent._batch_env.observ.numpy()[:2],
+                                  [[1, 0, 0, 0, 0], [0, 0, 0, 0, 1]])
+    with pytest.raises(ValueError, match=r"observation holds values outside Discrete\(5\) for "
+                                         r"environments \[1\]"):
+        agent.act(np.array([0, 5, 1]))

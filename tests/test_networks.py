@@ -3,6 +3,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from batchrl import configs
 from batchrl.networks import NETWORKS
@@ -48,3 +49,30 @@ def test_tanh_hidden_layers_are_bounded():
     assert np.abs(hidden).max() <= 1.0 and np.abs(hidden).max() > 0.5
     relu = _networks("feed_forward_gaussian", gym.spaces.Box(-1, 1, (2,), np.float32))
     assert relu.policy._hidden(np.full((1, 1, 5), 100.0, np.float32)).numpy().max() > 1.0
+
+
+def test_composite_network_has_one_head_per_action_leaf():
+    from batchrl.tools.nested import FlatActionSpace
+
+    action_space = FlatActionSpace(gym.spaces.Dict({
+        "bits": gym.spaces.MultiBinary(3),
+        "choices": gym.spaces.MultiDiscrete([2, 4]),
+        "kind": gym.spaces.Discrete(3, start=1),
+        "move": gym.spaces.Box(-2.0, 2.0, (2,), np.float32)}))
+    networks = _networks("feed_forward_composite", action_space)
+    params, _ = networks.policy(np.ones((2, 3, 5), np.float32), np.zeros((2, 0), np.float32))
+    assert {key: tuple(value.shape) for key, value in params.items()} == {
+        "leaf0_logits": (2, 3, 3), "leaf1_logits": (2, 3, 2, 4), "leaf2_logits": (2, 3, 1, 3),
+        "leaf3_mean": (2, 3, 2), "leaf3_logstd": (2, 3, 2)}
+    # The first choice has 2 actions: the others have probability 0.
+    np.testing.assert_array_equal(params["leaf1_logits"].numpy()[..., 0, 2:], -1e9)
+    distribution = networks.distribution(params)
+    action = distribution.sample(tf.random.Generator.from_seed(0)).numpy()
+    assert action.shape == (2, 3, 3 + 2 + 1 + 2)
+    assert (action[..., 3] <= 1).all() and (action[..., 4] <= 3).all()
+    # Small output layers: close to uniform choices at first.
+    np.testing.assert_allclose(distribution.parts[2].entropy().numpy(), np.log(3), atol=0.05)
+    with pytest.raises(ValueError, match="use feed_forward_categorical"):
+        _networks("feed_forward_composite", gym.spaces.Discrete(3))
+    with pytest.raises(ValueError, match="use feed_forward_composite"):
+        _networks("feed_forward_gaussian", action_space)

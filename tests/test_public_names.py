@@ -34,7 +34,7 @@ def test_exported_names_stay_what_they_are(prelude):
 
 def test_importing_the_package_does_not_import_tensorflow():
     code = ("import sys, batchrl, batchrl.tools; "
-            "from batchrl.tools import wrappers; "
+            "from batchrl.tools import nested, nested_tasks, wrappers; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)

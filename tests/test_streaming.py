@@ -96,3 +96,16 @@ def test_streaming_statistics_match_numpy_for_any_batches(batches):
     if len(values) > 1:
         np.testing.assert_allclose(normalize.std.numpy(), values.std(ddof=1), rtol=1e-4,
                                    atol=1e-3)
+
+
+def test_normalize_with_a_mask_leaves_the_other_elements_unchanged():
+    normalize = StreamingNormalize((3,), clip=1.0, mask=[True, False, True])
+    values = np.array([[1.0, 0.0, 10.0], [3.0, 1.0, 20.0], [5.0, 1.0, 90.0]], np.float32)
+    normalize.update(values)
+    result = normalize.transform(values).numpy()
+    np.testing.assert_array_equal(result[:, 1], values[:, 1])
+    np.testing.assert_allclose(result[:, 0], [-1.0, 0.0, 1.0], rtol=1e-5)
+    std = np.std(values[:, 2], ddof=1)  # 43.6: the last value is clipped.
+    np.testing.assert_allclose(result[:, 2], [-30.0 / std, -20.0 / std, 1.0], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"mask of shape \(2,\), expected \(3,\)"):
+        StreamingNormalize((3,), mask=[True, False])

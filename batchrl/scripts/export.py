@@ -20,7 +20,9 @@ def export_run(config, checkpoint, outdir, seed=0):
 
     The spaces are those of one environment of the config, created in this process (an
     in-graph or EnvPool environment through its Gymnasium twin, as `visualize` does); the
-    actions are mapped into the unwrapped environment's action space.
+    actions are mapped into the unwrapped environment's action space. A nested observation
+    or action space is the environment's own, one input or output per leaf
+    (`batchrl.export.export_policy`).
 
     Raises:
       ConfigError: the environment has no Gymnasium twin, or the checkpoint does not fit.
@@ -43,11 +45,26 @@ def export_run(config, checkpoint, outdir, seed=0):
     try:
         agent = build_lib.build(config, batch_env)
         restore(agent, checkpoint)
-        export_lib.export_policy(agent.algo, env.observation_space,
-                                 env.unwrapped.action_space, outdir, seed)
+        export_lib.export_policy(agent.algo, *_environment_spaces(env), outdir, seed)
     finally:
         batch_env.close()
     return outdir
+
+
+def _environment_spaces(env):
+    """The spaces of the environment `env` wraps (`environments.create`): a nested space as
+    the environment declares it, the action space before the rescaling to [-1, 1]."""
+    from batchrl.tools import nested
+
+    observation_space = env.observation_space
+    if isinstance(observation_space, nested.FlatObservationSpace):
+        observation_space = observation_space.space
+    action_space = env.action_space
+    if isinstance(action_space, nested.FlatActionSpace):
+        action_space = action_space.space
+    else:
+        action_space = env.unwrapped.action_space
+    return observation_space, action_space
 
 
 def _parser():

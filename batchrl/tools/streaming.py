@@ -16,6 +16,7 @@ n_a, n_b, means m_a, m_b and sums of squared deviations M_a, M_b,
 Both classes are `tf.Module`s, so `tf.train.Checkpoint` saves and restores their state.
 """
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -76,25 +77,32 @@ class StreamingNormalize(tf.Module):
 
     `transform(x) = clip((x - mean) / (std + 1e-8), -clip, clip)`, where the centering is
     done only with `center=True`, the scaling only with `scale=True` and once at least two
-    values were seen, and the clipping only when `clip` is set. The statistics are stored in
-    float64 so that long streams do not lose precision.
+    values were seen, and the clipping only when `clip` is set. With a `mask`, only the
+    elements where it is True are transformed; the others pass unchanged (e.g. the one-hot
+    elements of a flattened nested observation). The statistics are stored in float64 so
+    that long streams do not lose precision; they are kept for all elements.
 
     Args:
       shape: shape of one value (the batch dimension excluded).
       center: subtract the running mean.
       scale: divide by the running standard deviation (unbiased, n - 1 in the denominator).
       clip: bound of the normalized values, or None.
+      mask: optional bool array of `shape`, the elements to transform; None: all.
       name: name scope of the variables.
 
     Raises:
-      ValueError: if `clip` is not positive.
+      ValueError: if `clip` is not positive, or `mask` does not have the shape `shape`.
     """
 
-    def __init__(self, shape, center=True, scale=True, clip=None, name="normalize"):
+    def __init__(self, shape, center=True, scale=True, clip=None, mask=None,
+                 name="normalize"):
         super().__init__(name=name)
         if clip is not None and clip <= 0:
             raise ValueError(f"clip must be positive or None, got {clip}")
         self._shape = tuple(shape)
+        if mask is not None and tuple(np.shape(mask)) != self._shape:
+            raise ValueError(f"mask of shape {np.shape(mask)}, expected {self._shape}")
+        self._mask = None if mask is None else np.asarray(mask, bool)
         self._center = center
         self._scale = scale
         self._clip = clip
@@ -166,13 +174,16 @@ class StreamingNormalize(tf.Module):
           float32 tensor of the same shape.
         """
         values = tf.cast(values, tf.float32)
+        normalized = values
         if self._center:
-            values -= self.mean
+            normalized -= self.mean
         if self._scale:
-            values /= self.std + 1e-8
+            normalized /= self.std + 1e-8
         if self._clip is not None:
-            values = tf.clip_by_value(values, -self._clip, self._clip)
-        return values
+            normalized = tf.clip_by_value(normalized, -self._clip, self._clip)
+        if self._mask is not None:
+            normalized = tf.where(self._mask, normalized, values)
+        return normalized
 
     def reset(self):
         """Forgets all values seen; returns the op."""

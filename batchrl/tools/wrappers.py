@@ -41,6 +41,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from batchrl.tools import nested
+
 __all__ = ["ExternalProcess", "WorkerError", "standard_wrappers"]
 
 # Messages from the parent to the worker.
@@ -492,6 +494,15 @@ def standard_wrappers(env, max_episode_steps=None):
       bounds. The returned environment declares `Box(-1, 1, shape, dtype)` as its action space
       (Gymnasium's `ClipAction` alone would declare infinite bounds). A `Box` with any
       infinite bound is left as it is. `Discrete` action spaces are left untouched.
+    - `MultiDiscrete`, `MultiBinary`, or `Dict` / `Tuple` action space (nested; leaves `Box`,
+      `Discrete`, `MultiDiscrete`, `MultiBinary`): `batchrl.tools.nested.UnflattenAction`, so
+      the agent acts with one flat float32 vector (`FlatActionSpace`: a `Box` leaf in [-1, 1]
+      as above, an index per `Discrete` choice, a bit per `MultiBinary` element).
+    - `Discrete`, `MultiDiscrete`, `MultiBinary`, or `Dict` / `Tuple` observation space
+      (nested; the same leaves): `batchrl.tools.nested.FlatObservation`, Gymnasium's
+      `FlattenObservation` (`Discrete` leaves one-hot) checked leaf by leaf and cast to
+      float32; it declares a `FlatObservationSpace`, which tells the observation normalizer
+      which elements come from `Box` leaves.
     - `Box` observation space of another dtype than float32:
       `DtypeObservation(env, np.float32)`, so observations are float32 arrays of the
       observation space's shape.
@@ -504,23 +515,23 @@ def standard_wrappers(env, max_episode_steps=None):
       The wrapped `gymnasium.Env` (`env` itself when no wrapper is needed).
 
     Raises:
-      ValueError: the observation space is not a `Box`, or the action space is neither `Box`
-        nor `Discrete` (the message names the space); or a deeper `TimeLimit` is shorter than
+      ValueError: the observation or action space has an unsupported leaf, or is an empty
+        `Dict` / `Tuple` (the message names the leaf); or a deeper `TimeLimit` is shorter than
         `max_episode_steps`, so the new limit could never be reached; or `max_episode_steps`
         is not a positive int.
     """
     observation_space = env.observation_space
     action_space = env.action_space
     if not isinstance(observation_space, spaces.Box):
-        raise ValueError(
-            f"unsupported observation space {observation_space!r} of {env!r}: "
-            "only Box observation spaces are supported"
-        )
+        try:
+            nested.check_space(observation_space, "observation")
+        except ValueError as error:
+            raise ValueError(f"{error} ({env!r})") from None
     if not isinstance(action_space, spaces.Box | spaces.Discrete):
-        raise ValueError(
-            f"unsupported action space {action_space!r} of {env!r}: "
-            "only Box and Discrete action spaces are supported"
-        )
+        try:
+            nested.check_space(action_space, "action")
+        except ValueError as error:
+            raise ValueError(f"{error} ({env!r})") from None
     if max_episode_steps is not None:
         env = _time_limit(env, max_episode_steps)
     if (
@@ -534,7 +545,11 @@ def standard_wrappers(env, max_episode_steps=None):
         rescaled = gymnasium.wrappers.RescaleAction(env, low, high)
         env = gymnasium.wrappers.ClipAction(rescaled)
         env.action_space = rescaled.action_space
-    if observation_space.dtype != np.float32:
+    elif not isinstance(action_space, spaces.Box | spaces.Discrete):
+        env = nested.UnflattenAction(env)
+    if not isinstance(observation_space, spaces.Box):
+        env = nested.FlatObservation(env)
+    elif observation_space.dtype != np.float32:
         with warnings.catch_warnings():
             # Lowering the precision of the bounds is the point here.
             warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms.ppo import advantage as advantage_lib
 from batchrl.algorithms.ppo import losses
 from batchrl.algorithms.ppo.memory import EpisodeMemory
+from batchrl.tools import nested
 from batchrl.tools.streaming import StreamingNormalize
 
 
@@ -39,7 +40,9 @@ class PPO:
     stored with the step, and a chunk is replayed from the state stored at its first step.
 
     Observations are normalized with a running mean and standard deviation and clipped to
-    [-observ_clip, observ_clip]; rewards are scaled by a running standard deviation and
+    [-observ_clip, observ_clip], element by element (for a flattened nested observation,
+    `batchrl.tools.nested.FlatObservationSpace`, only the elements of its `Box` leaves: the
+    one-hot and binary elements stay 0 / 1); rewards are scaled by a running standard deviation and
     clipped to [-reward_clip, reward_clip] (each switchable in the config). The standard
     deviation is that of the rewards (`reward_normalizer: reward`, Hafner et al.) or of each
     agent's discounted return so far, r_t + discount * R_{t-1} from the start of its episode
@@ -90,6 +93,7 @@ class PPO:
         self._observ_filter = StreamingNormalize(
             observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
             clip=config.observ_clip if config.normalize_observ else None,
+            mask=nested.normalized_elements(batch_env.observation_space),
             name="normalize_observ")
         self._reward_filter = StreamingNormalize(
             (), center=False, scale=config.normalize_reward,
