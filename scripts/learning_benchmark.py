@@ -14,7 +14,9 @@ without training, the report is rewritten from the event files of all runs under
 docs/results.md) with a table per config (per seed and the median over seeds) and a plot
 per config next to it (docs/CONFIG.png, made with scripts/plot.py); the text of
 LOGDIR/CONFIG/notes.md, where one exists, goes under the config's heading (e.g. which runs
-shared the machine). Give trial runs their own LOGDIR and OUTPUT.
+shared the machine). The section of a config without runs under LOGDIR is kept from the
+report already at OUTPUT, with a line saying so (run directories do not outlive a machine,
+the report does). Give trial runs their own LOGDIR and OUTPUT.
 
 Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
 at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
@@ -325,8 +327,46 @@ def config_overrides(config_name, run_config):
             if key != "seed" and named.get(key) != run_config[key]]
 
 
+KEPT_NOTE = "Kept from the report written {date}: its runs are not under `{logdir}` now."
+
+
+def earlier_sections(output):
+    """The config sections of an existing report: dict config -> the section's lines (from
+    its `## CONFIG (ENV)` heading to the next), each led by a line saying where it was kept
+    from; {} when there is no report."""
+    try:
+        text = pathlib.Path(output).read_text()
+    except FileNotFoundError:
+        return {}
+    date = re.search(r"^Written by .*? on (.+?) from ", text, re.MULTILINE)
+    date = date[1] if date else "earlier"
+    sections, current = {}, None
+    for line in text.splitlines():
+        heading = re.match(r"## (\S+) \(", line)
+        if heading:
+            current = sections.setdefault(heading[1], {"date": date, "lines": []})
+        if current is not None:
+            current["lines"].append(line)
+    return sections
+
+
+def _kept_section(section, logdir):
+    """An earlier report's section with the note that it was kept (once)."""
+    lines = list(section["lines"])
+    while lines and not lines[-1].strip():
+        lines.pop()
+    note = KEPT_NOTE.format(date=section["date"], logdir=logdir)
+    if not any(line.startswith("Kept from the report written") for line in lines):
+        lines[1:1] = ["", note]
+    return lines + [""]
+
+
 def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
     """Writes the Markdown report and one plot per config next to it.
+
+    The sections of configs that have no runs in `runs` but a section in the report already
+    at `output` are kept as they are, with a line saying so (runs/ does not outlive a
+    machine, the report does); all sections go in the order of the config names.
 
     Args:
       runs: dict config -> {seed: run directory} (from `discover`).
@@ -339,6 +379,8 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
     """
     output = pathlib.Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    kept = {config: section for config, section in earlier_sections(output).items()
+            if config not in runs}
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [
         "# Learning results", "",
@@ -356,7 +398,9 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         "Train steps/s: the training command's own figure (train phases with updates, "
         "without evaluation). The plots show the median and the 25th–75th percentiles over "
         "seeds, and each seed as a thin line.", ""]
+    sections = {config: _kept_section(section, logdir) for config, section in kept.items()}
     for config, seeds in runs.items():
+        lines, before = [], lines
         read = [plot.read_run(path, tag) for path in seeds.values()]
         env = read[0].config.get("env", "?")
         threshold, source = thresholds.get(config), ""
@@ -392,7 +436,10 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         if notes.exists():  # What the runs themselves cannot say, e.g. how they were run.
             lines += [notes.read_text().strip(), ""]
         lines += [table(rows, threshold), picture, ""]
-    if not runs:
+        sections[config], lines = lines, before
+    for config in sorted(sections):
+        lines += sections[config]
+    if not sections:
         lines += ["No runs found.", ""]
     text = "\n".join(lines)
     output.write_text(text)

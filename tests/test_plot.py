@@ -226,3 +226,22 @@ def test_untraced_target_leaves_out_tracing():
     # Most seeds not reached: no median.
     lost = [_row(0, 8.0, 4.5), _row(1, None, 4.4), _row(2, None, 5.6)]
     assert "not reached" in learning_benchmark.target_text("pendulum_native", lost)
+
+
+def test_report_keeps_the_sections_of_configs_without_runs(bench, tmp_path):
+    output = tmp_path / "results.md"
+    output.write_text(
+        "# Learning results\n\nWritten by `scripts/learning_benchmark.py` on 2026-11-20 10:00 "
+        "UTC from the runs under `runs/benchmark` (vm).\n\nColumns.\n\n"
+        "## ant (Ant-v5)\n\n3 seed(s).\n\n| seed | final |\n|---|---|\n| 0 | 1519 |\n\n"
+        "## fake (Fake-v0)\n\nan old fake section\n")
+    args = ["--report-only", "--logdir", str(bench), "--output", str(output)]
+    assert learning_benchmark.main(args) == 0
+    text = output.read_text()
+    # fake has runs: rewritten; ant has none: kept, said so, in name order before fake.
+    assert "an old fake section" not in text and "## fake (Fake-v0)" in text
+    ant = text[text.index("## ant (Ant-v5)"):text.index("## fake")]
+    assert "| 0 | 1519 |" in ant
+    assert ant.count("Kept from the report written 2026-11-20 10:00 UTC") == 1
+    assert learning_benchmark.main(args) == 0  # Kept again: the note is not repeated.
+    assert output.read_text().count("Kept from the report written") == 1
