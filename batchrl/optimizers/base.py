@@ -50,8 +50,10 @@ def unflatten(vector, variables):
 
 def gradients(tape, value, variables):
     """`tape.gradient(value, variables)`, zeros for variables that `value` does not use."""
-    return tape.gradient(value, variables,
-                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    # Not UnconnectedGradients.ZERO: it fails on Keras 3 variables (their dtype is a string).
+    gradients = tape.gradient(value, variables)
+    return [tf.zeros(variable.shape, tf.as_dtype(variable.dtype)) if gradient is None
+            else gradient for gradient, variable in zip(gradients, variables, strict=True)]
 
 
 def dot(first, second):
