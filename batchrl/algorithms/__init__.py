@@ -4,7 +4,7 @@
 Names are imported lazily, so that importing the package does not start TensorFlow.
 """
 
-import importlib
+from batchrl import _lazy
 
 _EXPORTS = {
     "A2C": "batchrl.algorithms.a2c",
@@ -17,10 +17,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy.exports(__name__, _EXPORTS)

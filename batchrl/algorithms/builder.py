@@ -235,7 +235,8 @@ def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, opti
                 function is None):
             raise ValueError(f"{role} of algorithm {name!r} must be a function, got "
                              f"{function!r}")
-    attributes = {"name": name, "functions": functions, "__doc__": (
+    attributes = {"name": name, "functions": functions, "__module__": getattr(
+        loss_fn, "__module__", __name__), "__doc__": (
         f"The algorithm {name!r} of `build_algorithm`: loss "
         f"{getattr(loss_fn, '__qualname__', loss_fn)}.")}
     if optimizer is not None:

@@ -7,7 +7,7 @@ declaration without TensorFlow. Names are imported lazily, so that checking a co
 not start TensorFlow.
 """
 
-import importlib
+from batchrl import _lazy
 
 _EXPORTS = {
     "ClippedStep": "batchrl.optimizers.clipped_step",
@@ -23,10 +23,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy.exports(__name__, _EXPORTS)

@@ -35,6 +35,21 @@ class Optimizer(tf.Module):
         return []
 
 
+class Wrapper(Optimizer):
+    """An optimizer around another one (`self.optimizer`), which it builds and whose
+    learning rate it schedules."""
+
+    def __init__(self, optimizer, name=None):
+        super().__init__(name=name)
+        self.optimizer = optimizer
+
+    def build(self, variables):
+        self.optimizer.build(variables)
+
+    def scale_learning_rate(self, scale):
+        return self.optimizer.scale_learning_rate(scale)
+
+
 def flatten(tensors):
     """The tensors (a list; None counts as zeros of no size) as one float32 vector."""
     return tf.concat([tf.reshape(tensor, [-1]) for tensor in tensors], 0)

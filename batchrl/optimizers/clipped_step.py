@@ -5,7 +5,7 @@ import tensorflow as tf
 from batchrl.optimizers import base
 
 
-class ClippedStep(base.Optimizer):
+class ClippedStep(base.Wrapper):
     """An inner optimizer's step, scaled down to the global norm `max_norm` when longer.
 
     The step (all variables' changes as one vector) keeps its direction; only its length
@@ -20,15 +20,8 @@ class ClippedStep(base.Optimizer):
     """
 
     def __init__(self, optimizer, max_norm, name="clipped_step"):
-        super().__init__(name=name)
-        self.optimizer = optimizer
+        super().__init__(optimizer, name=name)
         self._max_norm = float(max_norm)
-
-    def build(self, variables):
-        self.optimizer.build(variables)
-
-    def scale_learning_rate(self, scale):
-        return self.optimizer.scale_learning_rate(scale)
 
     def minimize(self, loss_fn, variables, kl_fn=None):
         deltas, diagnostics = self.optimizer.minimize(loss_fn, variables, kl_fn)

@@ -5,7 +5,7 @@ import tensorflow as tf
 from batchrl.optimizers import base
 
 
-class LineSearch(base.Optimizer):
+class LineSearch(base.Wrapper):
     """Takes the largest fraction of an inner optimizer's step that improves the loss
     enough and keeps the KL within a bound; restores the variables when none does.
 
@@ -33,18 +33,11 @@ class LineSearch(base.Optimizer):
 
     def __init__(self, optimizer, max_iterations=10, accept_ratio=0.1, backtrack_ratio=0.5,
                  max_kl=None, name="line_search"):
-        super().__init__(name=name)
-        self.optimizer = optimizer
+        super().__init__(optimizer, name=name)
         self._iterations = int(max_iterations)
         self._accept_ratio = float(accept_ratio)
         self._backtrack_ratio = float(backtrack_ratio)
         self._max_kl = None if max_kl is None else float(max_kl)
-
-    def build(self, variables):
-        self.optimizer.build(variables)
-
-    def scale_learning_rate(self, scale):
-        return self.optimizer.scale_learning_rate(scale)
 
     def minimize(self, loss_fn, variables, kl_fn=None):
         if self._max_kl is not None and kl_fn is None:

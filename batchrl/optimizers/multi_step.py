@@ -5,7 +5,7 @@ import tensorflow as tf
 from batchrl.optimizers import base
 
 
-class MultiStep(base.Optimizer):
+class MultiStep(base.Wrapper):
     """`steps` consecutive steps of an inner optimizer on the same loss.
 
     Each step starts where the previous one ended (the loss and KL functions see the
@@ -23,15 +23,8 @@ class MultiStep(base.Optimizer):
     """
 
     def __init__(self, optimizer, steps, name="multi_step"):
-        super().__init__(name=name)
-        self.optimizer = optimizer
+        super().__init__(optimizer, name=name)
         self._steps = int(steps)
-
-    def build(self, variables):
-        self.optimizer.build(variables)
-
-    def scale_learning_rate(self, scale):
-        return self.optimizer.scale_learning_rate(scale)
 
     def minimize(self, loss_fn, variables, kl_fn=None):
         deltas, diagnostics = self.optimizer.minimize(loss_fn, variables, kl_fn)

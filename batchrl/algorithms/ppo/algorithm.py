@@ -40,20 +40,13 @@ class PPO(OnPolicyAlgorithm):
     pi_old). The two differ for episodes that began before the previous update.
 
     Args:
-      batch_env: an `InGraphBatchEnv` (its `terminated` variable tells terminal states).
-      step: the global step variable (summaries are written at its value).
-      is_training: bool scalar tensor or variable.
-      should_log: bool scalar tensor or variable; summaries are recorded only when true.
-      config: object with the attributes `network` (a constructor from
-        `batchrl.networks`), `max_length`, `update_every`, `update_epochs`,
-        `policy_lr`, `value_lr`, `discount`, `gae_lambda`, `kl_target`,
-        `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
-        `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
-        `batch_size` (None for whole episodes and full batches), `kl_reference`
-        (`behaviour` or `update_start`), `jit_update` (compile the update with XLA),
-        `observ_clip`, `reward_clip`, `reward_normalizer` (`reward` or `return`),
-        `entropy_coef`, `lr_schedule` (`constant` or
-        `linear`), `steps` and `seed`, plus whatever the network reads.
+      batch_env, step, is_training, should_log: as for `OnPolicyAlgorithm`.
+      config: as for `OnPolicyAlgorithm`, and also `update_epochs`, `policy_lr`,
+        `value_lr`, `gae_lambda`, `kl_target`, `kl_cutoff_factor`, `kl_cutoff_coef`,
+        `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
+        (None for full batches), `kl_reference` (`behaviour` or `update_start`),
+        `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule`
+        (`constant` or `linear`) and `steps`.
     """
 
     name = "ppo"
