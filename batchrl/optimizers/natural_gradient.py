@@ -37,7 +37,8 @@ def conjugate_gradient(matvec, vector, iterations, residual_tolerance=1e-10):
 
     def body(step, solution, residual, direction, squared):
         product = matvec(direction)
-        alpha = squared / tf.reduce_sum(direction * product)
+        # 0 where the direction has no curvature (a singular A): the solution stays.
+        alpha = tf.math.divide_no_nan(squared, tf.reduce_sum(direction * product))
         solution = solution + alpha * direction
         residual = residual - alpha * product
         new_squared = tf.reduce_sum(tf.square(residual))
