@@ -22,16 +22,17 @@ _HOST_STATE = "host_state.json"
 
 
 class Agent:
-    """BatchPPO acting in, and learning from, `num_envs` environments that the application
-    steps itself.
+    """The config's algorithm (BatchPPO by default; config key `algorithm`) acting in, and
+    learning from, `num_envs` environments that the application steps itself.
 
     The application asks for actions with `act` and reports what happened with `observe`,
     for all of its environments at once; episodes of different environments begin and end
     independently (`act` after an `observe` that ended an environment's episode begins a
-    new one for it). Each call is one traced `tf.function` around the graph code that
-    `simulate` uses (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly
-    as `train` does: it updates once `update_every` episodes have ended. The global step
-    counts environment steps (`num_envs` per `observe`); `lr_schedule: linear` decays over
+    new one for it). Each call is one traced `tf.function` (run eagerly under `eager: true`,
+    for the whole process) around the graph code that `simulate` uses
+    (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly as `train` does:
+    it updates once `update_every` episodes have ended. The global step counts environment
+    steps (`num_envs` per `observe`); `lr_schedule: linear` decays over
     the config's `steps`.
 
     For a `Box` action space with finite bounds the policy acts in [-1, 1], as in `train`:

@@ -1,25 +1,72 @@
-"""Building the algorithm of a config: the in-graph environment, BatchPPO and its checkpoint
-(shared by `train`, `visualize`, `export` and `batchrl.Agent`)."""
+"""Building the algorithm of a config: the in-graph environment, the algorithm (BatchPPO,
+TRPO, A2C or one of `build_algorithm`) and its checkpoint (shared by `train`, `visualize`,
+`export` and `batchrl.Agent`)."""
 
 import collections
+import importlib
 
 import keras
 import tensorflow as tf
 
 from batchrl import configs, environments
+from batchrl.algorithms.a2c import A2C
+from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.ppo import PPO
+from batchrl.algorithms.trpo import TRPO
 from batchrl.networks import NETWORKS
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
+# The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
+ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C}
+_METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
+
+
+def algorithm_class(config):
+    """The algorithm class that config key `algorithm` names, checked against the config.
+
+    Raises:
+      ConfigError: a `module:NAME` that cannot be imported or is not an algorithm class;
+        `optimizer` or `value_optimizer` set for an algorithm that does not read them; a
+        keyword of an algorithm's functions that is not a config key.
+    """
+    name = config.algorithm
+    if name in ALGORITHMS:
+        algorithm = ALGORITHMS[name]
+    else:
+        module_name, _, attribute = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise configs.ConfigError(f"config key 'algorithm': cannot import module "
+                                      f"{module_name!r} ({error})") from None
+        algorithm = getattr(module, attribute, None)
+        if not isinstance(algorithm, type) or not all(
+                hasattr(algorithm, method) for method in _METHODS):
+            raise configs.ConfigError(
+                f"config key 'algorithm': {name} is not an algorithm class (one with "
+                f"{', '.join(_METHODS)}, e.g. made by build_algorithm)")
+    functional = issubclass(algorithm, FunctionalAlgorithm)
+    for key in ("optimizer", "value_optimizer"):
+        if config[key] is not None and not functional:
+            raise configs.ConfigError(
+                f"config key {key!r} is not read by algorithm {name!r} (only by trpo, a2c "
+                f"and algorithms of build_algorithm); set it to null")
+    for role, key in sorted(algorithm.required_config_keys() if functional else ()):
+        if key not in config:
+            raise configs.ConfigError(
+                f"config key 'algorithm': {role} of {name!r} takes the keyword {key!r}, "
+                f"which is not a config key")
+    return algorithm
 
 
 def check(config):
     """Checks what the config names against the registries.
 
     Raises:
-      ConfigError: unknown environment id or network, or no episode length limit.
+      ConfigError: unknown environment id, network or algorithm (`algorithm_class`), or no
+        episode length limit.
     """
     environments.check_env_id(config.env)
     if config.network not in NETWORKS:
@@ -27,15 +74,17 @@ def check(config):
             f"unknown network {config.network!r} (config key 'network'); "
             f"choices: {', '.join(sorted(NETWORKS))}")
     environments.episode_limit(config)
+    algorithm_class(config)
 
 
 def build(config, batch_env):
     """The agent of `config` acting in `batch_env`.
 
-    Seeds Keras (network initialization) with `config.seed`, wraps `batch_env` in an
-    `InGraphBatchEnv` (unless it is an in-graph environment of `batchrl.envs`), and builds
-    BatchPPO with a global step (int64, training environment steps) and the `is_training` /
-    `should_log` variables.
+    Seeds Keras (network initialization) with `config.seed`, runs every `tf.function` of
+    the process eagerly from now on when `config.eager` (traced otherwise), wraps
+    `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
+    `batchrl.envs`), and builds the config's algorithm with a global step (int64, training
+    environment steps) and the `is_training` / `should_log` variables.
 
     Args:
       config: a validated `Config`.
@@ -47,8 +96,11 @@ def build(config, batch_env):
       defines training (`algo.checkpoint_state`).
 
     Raises:
-      ConfigError: the config's network does not fit the spaces of `batch_env`.
+      ConfigError: the config's network does not fit the spaces of `batch_env`, or its
+        algorithm is unknown or does not fit the config (`algorithm_class`).
     """
+    algorithm = algorithm_class(config)
+    tf.config.run_functions_eagerly(bool(config.eager))
     keras.utils.set_random_seed(config.seed)
     if getattr(batch_env, "in_graph", False) is True:
         in_graph = batch_env
@@ -61,7 +113,7 @@ def build(config, batch_env):
     algo_config["network"] = NETWORKS[config.network]
     algo_config["max_length"] = environments.episode_limit(config)
     try:
-        algo = PPO(in_graph, step, is_training, should_log, algo_config)
+        algo = algorithm(in_graph, step, is_training, should_log, algo_config)
     except ValueError as error:  # The networks check the spaces they are built for.
         raise configs.ConfigError(
             f"config key 'network' is {config.network!r}: {error}") from None

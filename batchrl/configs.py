@@ -12,6 +12,8 @@ import pathlib
 
 import ruamel.yaml
 
+from batchrl.optimizers import spec as optimizer_spec
+
 # An installed package carries the configs as batchrl/_configs; a source tree (also an
 # editable install) has them in its top-level configs/.
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent / "_configs"
@@ -30,7 +32,10 @@ _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
 _OPTIONAL_FLOAT = {"max_gradient_norm"}
-_CHOICES = {"algorithm": ("ppo",), "kl_reference": ("behaviour", "update_start"),
+# The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
+ALGORITHMS = ("ppo", "trpo", "a2c")
+_OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
+_CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
             "reward_normalizer": ("reward", "return")}
 
@@ -95,6 +100,10 @@ def _resolve_path(name_or_path):
 def _check_value(key, value, default):
     """Checks the type and range of `value` for `key`; returns it (ints made floats)."""
     where = f"config key {key!r}"
+    if key in _OPTIMIZERS:
+        return _check_optimizer(key, value)
+    if key == "algorithm":
+        return _check_algorithm(value)
     if value is None:
         if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT:
             return None
@@ -127,6 +136,25 @@ def _check_value(key, value, default):
         raise ConfigError(f"{where} must be between 0 and 1, got {value!r}")
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(f"{where} is {value!r}; choices: {', '.join(_CHOICES[key])}")
+    return value
+
+
+def _check_optimizer(key, value):
+    """A checked optimizer declaration with its defaults filled in, or None."""
+    if value is None:
+        return None
+    try:
+        return optimizer_spec.check(value, key)
+    except ValueError as error:
+        raise ConfigError(f"config key {error}") from None
+
+
+def _check_algorithm(value):
+    if not isinstance(value, str) or value not in ALGORITHMS and not (
+            value.count(":") == 1 and all(value.split(":"))):
+        raise ConfigError(
+            f"config key 'algorithm' is {value!r}{_suggest(str(value), ALGORITHMS)}; "
+            f"choices: {', '.join(ALGORITHMS)}, or module:NAME of an algorithm class")
     return value
 
 

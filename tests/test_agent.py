@@ -104,8 +104,11 @@ def test_deterministic_act_is_repeatable_and_records_nothing(tmp_path):
     assert changed == [], "a deterministic step changed " + ", ".join(changed)
 
 
-def test_save_and_load_continue_exactly(tmp_path):
-    agent = _agent(seed=3)
+@pytest.mark.parametrize("algorithm", ["ppo", "trpo"])
+def test_save_and_load_continue_exactly(tmp_path, algorithm):
+    """Also for TRPO: its optimizers (a line search around the natural gradient, Adam
+    steps for the value) are saved and restored with the rest."""
+    agent = _agent(seed=3, algorithm=algorithm)
     feed = _Feed(3, seed=1)
     _play(agent, feed, 7)
     agent.save(tmp_path / "agent")

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl.algorithms import advantage
 from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
-from batchrl.algorithms.ppo import advantage, losses
-from batchrl.algorithms.ppo.memory import EpisodeMemory
+from batchrl.algorithms.memory import EpisodeMemory
+from batchrl.algorithms.ppo import losses
 
 
 def _numpy_gae(reward, value, bootstrap, length, discount, lam):

@@ -33,8 +33,10 @@ def test_exported_names_stay_what_they_are(prelude):
 
 
 def test_importing_the_package_does_not_import_tensorflow():
-    code = ("import sys, batchrl, batchrl.tools; "
+    code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers; "
             "from batchrl.tools import nested, nested_tasks, wrappers; "
+            "from batchrl import configs; "
+            "configs.load('pendulum_trpo'); "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)

@@ -82,6 +82,15 @@ def test_environment_given_as_module_and_class(tmp_path):
     (["--set", "env=envpool:Pendulum-v9"],
      "EnvPool has no task 'Pendulum-v9'; close matches: Pendulum-v1"),
     (["--set", "network=lstm"], "unknown network 'lstm'"),
+    (["--set", "algorithm=sac"], "config key 'algorithm' is 'sac'"),
+    (["--set", "algorithm=batchrl.nothing:X"], "cannot import module 'batchrl.nothing'"),
+    (["--set", "optimizer={type: adam}"], "config key 'optimizer' is not read by algorithm "
+                                          "'ppo'"),
+    (["--config=pendulum_trpo", "--set", "optimizer={type: natural_gradient, line_search: "
+      "{max_iter: 3}}"], "'optimizer.line_search' has unknown key 'max_iter' (did you mean "
+                         "max_iterations?)"),
+    (["--set", "algorithm=trpo", "--set", "value_optimizer={type: adamw}"],
+     "'value_optimizer' has unknown type 'adamw'"),
 ])
 def test_user_mistakes_are_one_line_errors(tmp_path, capsys, args, message):
     assert train.main([f"--logdir={tmp_path / 'run'}", *args]) == 2
@@ -98,6 +107,9 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     (logdir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4000"\n')
     assert train.main(["--config=pendulum", f"--logdir={logdir}", "--set", "num_agents=3"]) == 2
     assert "num_agents: 10 -> 3" in capsys.readouterr().err
+    # `eager` is for debugging: a run may be resumed with or without it.
+    config = configs.load("pendulum", ["eager=true"])
+    train.check_resume(logdir, config)
 
 
 def test_run_directory_without_checkpoint_takes_a_new_config(tmp_path):

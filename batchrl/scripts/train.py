@@ -25,8 +25,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports Te
 def check_resume(logdir, config):
     """Checks `config` against the run already in `logdir`, if there is one.
 
-    A resumed run may change `steps` (to train longer) and nothing else. A directory with a
-    `config.yaml` but no checkpoint (nothing was trained) takes any config.
+    A resumed run may change `steps` (to train longer) and `eager` (to debug it) and nothing
+    else. A directory with a `config.yaml` but no checkpoint (nothing was trained) takes any
+    config.
 
     Raises:
       ConfigError: when `logdir` is a file, or the directory holds a trained run with
@@ -39,7 +40,8 @@ def check_resume(logdir, config):
     if path.exists() and (logdir / "checkpoint").exists():
         previous = configs.read_run_config(path)
         changed = sorted(key for key in set(previous) | set(config)
-                         if key != "steps" and previous.get(key) != config.get(key))
+                         if key not in ("steps", "eager")
+                         and previous.get(key) != config.get(key))
         if changed:
             details = "; ".join(
                 f"{key}: {previous.get(key)!r} -> {config.get(key)!r}" for key in changed)
@@ -108,6 +110,9 @@ def make_loop(config, logdir, agent, progress=None, stop=None):
 def train(config, logdir, progress=None, on_phase=None, stop=None):
     """Trains `config` in `logdir`, resuming from its latest checkpoint.
 
+    With `config.eager`, every `tf.function` runs eagerly during training (so that `print`
+    and `pdb` work inside losses); the process's setting is restored afterwards.
+
     Args:
       config: a validated `Config`.
       logdir: the run directory.
@@ -124,6 +129,8 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
       batchrl.tools.loop.EnvironmentFailed: an environment raised, in its constructor,
         the first reset or during training.
     """
+    import tensorflow as tf
+
     from batchrl import build as build_lib
     from batchrl import environments
     from batchrl.tools.loop import EnvironmentFailed, Interrupted
@@ -137,6 +144,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
         raise EnvironmentFailed(
             f"before the first step: cannot create the environments: "
             f"{type(error).__name__}: {error}") from error
+    eager = tf.config.functions_run_eagerly()
     try:
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         prepare_logdir(logdir, config)
@@ -156,14 +164,16 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
         return loop, results
     finally:
         batch_env.close()
+        tf.config.run_functions_eagerly(eager)
 
 
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m batchrl.scripts.train",
-        description="Train a BatchPPO agent on a Gymnasium environment. Writes config.yaml, "
-                    "checkpoints and TensorBoard summaries (train/, eval/) into LOGDIR; "
-                    "running the same command again resumes the run.")
+        description="Train an agent (BatchPPO, TRPO, A2C or your own: config key algorithm) "
+                    "on a Gymnasium environment. Writes config.yaml, checkpoints and "
+                    "TensorBoard summaries (train/, eval/) into LOGDIR; running the same "
+                    "command again resumes the run.")
     parser.add_argument(
         "--config", default="pendulum",
         help=f"a config name under configs/ (available: {', '.join(configs.available())}) "
@@ -175,6 +185,10 @@ def _parser():
         help="override a config key, the value parsed as YAML (repeatable), "
              "e.g. --set num_agents=16 --set policy_lr=3e-4")
     parser.add_argument(
+        "--eager", action="store_true",
+        help="run every function eagerly (the same as --set eager=true), so that print "
+             "and pdb work inside losses and postprocessing; much slower")
+    parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
         help="show a progress bar (default: only when the output is a terminal)")
     return parser
@@ -183,7 +197,7 @@ def _parser():
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
-        config = configs.load(args.config, args.set)
+        config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
         from batchrl import build as build_lib  # Imports TensorFlow.
 
         build_lib.check(config)
@@ -191,8 +205,8 @@ def main(argv=None):
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"Training {config.env} with config {args.config!r} into {args.logdir} "
-          f"({config.num_agents} agents, {config.steps:,} steps).", flush=True)
+    print(f"Training {config.env} with {config.algorithm} (config {args.config!r}) into "
+          f"{args.logdir} ({config.num_agents} agents, {config.steps:,} steps).", flush=True)
     from batchrl.tools.loop import EnvironmentFailed, Interrupted
 
     stop = threading.Event()
@@ -231,6 +245,10 @@ def main(argv=None):
     if evals:
         print(f"Final eval mean_score {evals[-1].mean_score:.1f} at step "
               f"{evals[-1].global_step:,}.")
+    if config.eager:
+        print(f"Ran eagerly (no tf.function traced). TensorBoard: tensorboard "
+              f"--logdir={args.logdir}")
+        return 0
     print(f"tf.function traces: {loop.tracing_count()} (train and eval phases share it, "
           f"{loop.tracing_seconds:.1f} s to trace and optimize; one call per "
           f"{config.steps_per_call} batch step{'s' if config.steps_per_call > 1 else ''}). "

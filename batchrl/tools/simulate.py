@@ -289,8 +289,9 @@ def simulate_steps(batch_env, algo, steps, log, reset, count=None):
     _, dones, scores = tf.while_loop(
         lambda index, *_: index < count,
         body,
-        [first, tf.TensorArray(tf.bool, steps, element_shape=[batch]),
-         tf.TensorArray(tf.float32, steps, element_shape=[batch])],
+        # A tuple, as `body` returns: run eagerly, `tf.while_loop` compares them strictly.
+        (first, tf.TensorArray(tf.bool, steps, element_shape=[batch]),
+         tf.TensorArray(tf.float32, steps, element_shape=[batch])),
         maximum_iterations=steps)
     # Rows never written (count < steps) read as zeros.
     dones, scores = dones.stack(), scores.stack()

@@ -8,51 +8,29 @@ adaptive KL penalty); Heess et al., arXiv:1707.02286 (streaming normalization, K
 import keras
 import tensorflow as tf
 
-from batchrl.algorithms.ppo import advantage as advantage_lib
+from batchrl.algorithms import advantage as advantage_lib
+from batchrl.algorithms.on_policy import OnPolicyAlgorithm, _after
 from batchrl.algorithms.ppo import losses
-from batchrl.algorithms.ppo.memory import EpisodeMemory
-from batchrl.tools import nested
-from batchrl.tools.streaming import StreamingNormalize
 
 
-def _after(dependencies, value):
-    with tf.control_dependencies([d for d in dependencies if d is not None]):
-        return tf.identity(value)
-
-
-class PPO:
+class PPO(OnPolicyAlgorithm):
     """Proximal policy optimization with an adaptive KL penalty, as graph code.
 
-    While `is_training` is true, `experience` appends each agent's transitions to its
-    current episode and updates the observation and reward normalizers; `end_episodes`
-    moves finished episodes into a memory of `update_every` episodes (further episodes that
-    end at the same step are dropped) and, once it is full, trains. The memory's episodes
-    are cut into chunks of `chunk_length` consecutive steps (null: whole episodes); each of
-    `update_epochs` epochs shuffles the chunks and takes one Adam step on the value loss and
-    one on the policy's penalized surrogate loss per minibatch of `batch_size` chunks
-    (null: all chunks, one full-batch step per epoch). Then the KL penalty is adapted from
-    the KL between the reference policy and the new one, and the memory is emptied. While
-    `is_training` is false, `perform` returns the mode (mean) action and nothing is
-    recorded.
+    Episodes are collected, and observations and rewards normalized, as
+    `OnPolicyAlgorithm` says; once the memory holds `update_every` episodes, PPO trains.
+    The memory's episodes are cut into chunks of `chunk_length` consecutive steps (null:
+    whole episodes); each of `update_epochs` epochs shuffles the chunks and takes one Adam
+    step on the value loss and one on the policy's penalized surrogate loss per minibatch
+    of `batch_size` chunks (null: all chunks, one full-batch step per epoch). Then the KL
+    penalty is adapted from the KL between the reference policy and the new one, and the
+    memory is emptied. A recurrent policy's chunk is replayed from the state stored at its
+    first step.
 
-    A recurrent policy (`policy.state_size > 0`) keeps one state per agent, reset to zero
-    in `begin_episodes` and advanced in `perform`; the state each step was acted on is
-    stored with the step, and a chunk is replayed from the state stored at its first step.
-
-    Observations are normalized with a running mean and standard deviation and clipped to
-    [-observ_clip, observ_clip], element by element (for a flattened nested observation,
-    `batchrl.tools.nested.FlatObservationSpace`, only the elements of its `Box` leaves: the
-    one-hot and binary elements stay 0 / 1); rewards are scaled by a running standard deviation and
-    clipped to [-reward_clip, reward_clip] (each switchable in the config). The standard
-    deviation is that of the rewards (`reward_normalizer: reward`, Hafner et al.) or of each
-    agent's discounted return so far, r_t + discount * R_{t-1} from the start of its episode
-    (`reward_normalizer: return`, the "reward scaling" of Engstrom et al., "Implementation
-    Matters in Deep Policy Gradients", ICLR 2020, section 3). The policy loss
-    may add an entropy bonus (`entropy_coef`); both learning rates may decay linearly to 0
-    over the run's `steps` (`lr_schedule`). Advantages are GAE(lambda), normalized over
-    the memory; value targets are lambda-returns; the value after the last step of an
-    episode is bootstrapped from its final observation when the episode was truncated and
-    zero when it terminated.
+    The policy loss may add an entropy bonus (`entropy_coef`); both learning rates may
+    decay linearly to 0 over the run's `steps` (`lr_schedule`). Advantages are GAE(lambda),
+    normalized over the memory; value targets are lambda-returns; the value after the last
+    step of an episode is bootstrapped from its final observation when the episode was
+    truncated and zero when it terminated.
 
     The importance ratio of the surrogate is always taken against the stored policy that
     acted (its parameters are stored with every step). The KL penalty, the cut-off and the
@@ -62,97 +40,22 @@ class PPO:
     pi_old). The two differ for episodes that began before the previous update.
 
     Args:
-      batch_env: an `InGraphBatchEnv` (its `terminated` variable tells terminal states).
-      step: the global step variable (summaries are written at its value).
-      is_training: bool scalar tensor or variable.
-      should_log: bool scalar tensor or variable; summaries are recorded only when true.
-      config: object with the attributes `network` (a constructor from
-        `batchrl.networks`), `max_length`, `update_every`, `update_epochs`,
-        `policy_lr`, `value_lr`, `discount`, `gae_lambda`, `kl_target`,
-        `kl_cutoff_factor`, `kl_cutoff_coef`, `kl_init_penalty`, `normalize_observ`,
-        `normalize_reward`, `max_gradient_norm` (None for no clipping), `chunk_length`,
-        `batch_size` (None for whole episodes and full batches), `kl_reference`
-        (`behaviour` or `update_start`), `jit_update` (compile the update with XLA),
-        `observ_clip`, `reward_clip`, `reward_normalizer` (`reward` or `return`),
-        `entropy_coef`, `lr_schedule` (`constant` or
-        `linear`), `steps` and `seed`, plus whatever the network reads.
+      batch_env, step, is_training, should_log: as for `OnPolicyAlgorithm`.
+      config: as for `OnPolicyAlgorithm`, and also `update_epochs`, `policy_lr`,
+        `value_lr`, `gae_lambda`, `kl_target`, `kl_cutoff_factor`, `kl_cutoff_coef`,
+        `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
+        (None for full batches), `kl_reference` (`behaviour` or `update_start`),
+        `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule`
+        (`constant` or `linear`) and `steps`.
     """
 
-    def __init__(self, batch_env, step, is_training, should_log, config):
-        self._batch_env = batch_env
-        self._step = step
-        self._is_training = is_training
-        self._should_log = should_log
-        self._config = config
-        num_agents = len(batch_env)
-        observ_shape = tuple(batch_env.observ.shape[1:])
-        action_shape = tuple(batch_env.action.shape[1:])
-        self._networks = config.network(
-            batch_env.observation_space, batch_env.action_space, config)
-        self._distribution = self._networks.distribution
-        self._observ_filter = StreamingNormalize(
-            observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
-            clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space),
-            name="normalize_observ")
-        self._reward_filter = StreamingNormalize(
-            (), center=False, scale=config.normalize_reward,
-            clip=config.reward_clip if config.normalize_reward else None,
-            name="normalize_reward")
+    name = "ppo"
 
-        self._state_size = int(self._networks.policy.state_size)
-        self._recurrent = self._state_size > 0
-        params, _ = self._networks.policy(
-            tf.zeros((1, 1) + observ_shape), tf.zeros((1, self._state_size)))
-        self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
-        self._chunk_length = config.chunk_length or config.max_length
-        # Episodes are stored padded to a whole number of chunks.
-        chunks = -(-config.max_length // self._chunk_length)
-        self._memory_length = chunks * self._chunk_length
-        template = {
-            "observ": (observ_shape, tf.float32),
-            "action": (action_shape, batch_env.action.dtype),
-            "reward": ((), tf.float32),
-        }
-        if self._recurrent:
-            template["state"] = ((self._state_size,), tf.float32)
-        for key, shape in self._param_shapes.items():
-            template["policy_" + key] = (shape, tf.float32)
-        with tf.name_scope("ppo"):
-            self._episodes = EpisodeMemory(
-                template, num_agents, self._memory_length, "episodes")
-            self._memory = EpisodeMemory(
-                template, config.update_every, self._memory_length, "memory")
-            # Recurrent state of each agent, and the state its last action was taken in.
-            self._state = tf.Variable(
-                tf.zeros((num_agents, self._state_size)), trainable=False, name="state")
-            self._last_state = tf.Variable(
-                tf.zeros((num_agents, self._state_size)), trainable=False, name="last_state")
-            self._last_params = {
-                key: tf.Variable(tf.zeros((num_agents,) + shape), trainable=False,
-                                 name="last_" + key)
-                for key, shape in self._param_shapes.items()}
-            # Normalized final observation and terminal flag of each agent's episode, and
-            # of each episode in the memory: what the value bootstraps from.
-            self._episode_final = tf.Variable(
-                tf.zeros((num_agents,) + observ_shape), trainable=False, name="episode_final")
-            self._episode_terminated = tf.Variable(
-                tf.zeros([num_agents], tf.bool), trainable=False, name="episode_terminated")
-            self._memory_final = tf.Variable(
-                tf.zeros((config.update_every,) + observ_shape), trainable=False,
-                name="memory_final")
-            self._memory_terminated = tf.Variable(
-                tf.zeros([config.update_every], tf.bool), trainable=False,
-                name="memory_terminated")
-            self._memory_index = tf.Variable(0, dtype=tf.int32, trainable=False,
-                                             name="memory_index")
+    def __init__(self, batch_env, step, is_training, should_log, config):
+        super().__init__(batch_env, step, is_training, should_log, config)
+        with tf.name_scope(self.name):
             self._penalty = tf.Variable(float(config.kl_init_penalty), dtype=tf.float32,
                                         trainable=False, name="kl_penalty")
-            # Each agent's discounted return since its episode began (reward_normalizer:
-            # return); rebuilt by playing, like the episodes in progress.
-            self._return = tf.Variable(
-                tf.zeros([num_agents]), trainable=False, name="discounted_return")
-        self._random = tf.random.Generator.from_seed(config.seed)
         self._policy_optimizer = keras.optimizers.Adam(config.policy_lr)
         self._policy_optimizer.build(self._networks.policy.trainable_variables)
         self._value_optimizer = keras.optimizers.Adam(config.value_lr)
@@ -165,191 +68,10 @@ class PPO:
 
     @property
     def checkpoint_state(self):
-        """Trackables that define training, for `tf.train.Checkpoint(**checkpoint_state)`.
-
-        Episodes in progress, the recurrent states and the memory are left out: they are
-        rebuilt by playing (every phase of the Loop begins new episodes for all agents).
-        """
-        return {
-            "policy": self._networks.policy,
-            "value": self._networks.value,
-            "policy_optimizer": self._policy_optimizer,
-            "value_optimizer": self._value_optimizer,
-            "observ_filter": self._observ_filter,
-            "reward_filter": self._reward_filter,
-            "kl_penalty": self._penalty,
-            "random": self._random,
-        }
-
-    @property
-    def progress_state(self):
-        """Trackables of the training in progress that `checkpoint_state` leaves out: the
-        episodes in progress and the memory, the recurrent states, the stored policy
-        parameters and the discounted returns. With them a restored algorithm continues
-        exactly (`batchrl.Agent.save`); the Loop does without (every phase begins new
-        episodes)."""
-        return {
-            "episodes": self._episodes,
-            "memory": self._memory,
-            "memory_final": self._memory_final,
-            "memory_terminated": self._memory_terminated,
-            "memory_index": self._memory_index,
-            "episode_final": self._episode_final,
-            "episode_terminated": self._episode_terminated,
-            "state": self._state,
-            "last_state": self._last_state,
-            "last_params": dict(self._last_params),
-            "discounted_return": self._return,
-        }
-
-    @property
-    def networks(self):
-        return self._networks
-
-    @property
-    def state_size(self):
-        """int, the size of the policy's recurrent state (0 for a feed-forward policy)."""
-        return self._state_size
-
-    def policy_action(self, observ, state, generator=None):
-        """The policy's action for raw observations, changing no variable: for acting
-        outside of training and for exported models.
-
-        Args:
-          observ: float32 `[n, *observation_shape]`, raw (unnormalized) observations.
-          state: float32 `[n, state_size]`, the recurrent states (`[n, 0]` for a
-            feed-forward policy).
-          generator: a `tf.random.Generator` to sample the action with; None: the mode
-            (mean) action.
-
-        Returns:
-          `(action, state)`: `[n, *action_shape]` and the next recurrent states.
-        """
-        normalized = self._observ_filter.transform(observ)
-        params, state = self._networks.policy(normalized[:, None], state)
-        distribution = self._distribution({key: value[:, 0] for key, value in params.items()})
-        action = distribution.mode() if generator is None else distribution.sample(generator)
-        return action, state
-
-    def begin_episodes(self, agent_indices):
-        """Empties the current episode and zeroes the recurrent state of the given agents
-        (int32 `[n]`)."""
-        rows = tf.cast(agent_indices, tf.int32)[:, None]
-        cleared = [self._episodes.clear(agent_indices),
-                   self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))]
-        if self._recurrent:
-            zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
-            cleared.append(self._state.scatter_nd_update(rows, zeros))
-        return _after(cleared, True)
-
-    def perform(self, agent_indices, observ):
-        """Actions for the given agents: sampled while training, the mode otherwise.
-
-        Args:
-          agent_indices: int32 `[n]`.
-          observ: float32 `[n, *observation_shape]`, raw observations.
-
-        Returns:
-          actions `[n, *action_shape]`.
-
-        Raises:
-          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
-        """
-        with tf.name_scope("perform"):
-            agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._observ_filter.transform(observ)
-            state = tf.gather(self._state, agent_indices)
-            params, new_state = self._networks.policy(normalized[:, None], state)
-            params = {key: value[:, 0] for key, value in params.items()}
-            distribution = self._distribution(params)
-            action = tf.cond(
-                tf.convert_to_tensor(self._is_training),
-                lambda: distribution.sample(self._random),
-                distribution.mode)
-            if action.dtype.is_floating:
-                action = tf.debugging.check_numerics(action, "non-finite action")
-            rows = agent_indices[:, None]
-            stored = [self._last_params[key].scatter_nd_update(rows, params[key])
-                      for key in self._param_shapes]
-            if self._recurrent:
-                stored.append(self._last_state.scatter_nd_update(rows, state))
-                with tf.control_dependencies(stored):
-                    stored.append(self._state.scatter_nd_update(rows, new_state))
-            return _after(stored, action)
-
-    def experience(self, agent_indices, observ, action, reward, done, nextob):
-        """Records a transition of the given agents while training.
-
-        Args:
-          agent_indices: int32 `[n]`.
-          observ: float32 `[n, *observation_shape]`, the observation the action was taken in.
-          action: `[n, *action_shape]`.
-          reward: float32 `[n]`.
-          done: bool `[n]` (unused: terminal states are read from the environment).
-          nextob: float32 `[n, *observation_shape]`, the observation after the step.
-        """
-        del done
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._record(agent_indices, observ, action, reward, nextob),
-            lambda: tf.constant(False))
-
-    def _record(self, agent_indices, observ, action, reward, nextob):
-        with tf.name_scope("experience"):
-            agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._observ_filter.transform(observ)
-            normalized_next = self._observ_filter.transform(nextob)
-            rows = agent_indices[:, None]
-            with tf.control_dependencies([normalized, normalized_next]):
-                statistics = [self._observ_filter.update(observ),
-                              self._reward_filter.update(self._reward_statistic(rows, reward))]
-            transition = {"observ": normalized, "action": action, "reward": reward}
-            if self._recurrent:
-                transition["state"] = tf.gather(self._last_state, agent_indices)
-            for key in self._param_shapes:
-                transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
-            terminated = tf.gather(self._batch_env.terminated, agent_indices)
-            stored = [
-                self._episodes.append(transition, agent_indices),
-                self._episode_final.scatter_nd_update(rows, normalized_next),
-                self._episode_terminated.scatter_nd_update(rows, terminated),
-            ]
-            return _after(statistics + stored, True)
-
-    def _reward_statistic(self, rows, reward):
-        """What the reward normalizer's standard deviation is taken of: the rewards, or
-        the agents' discounted returns so far (updated here)."""
-        if self._config.reward_normalizer == "reward":
-            return reward
-        returns = self._config.discount * tf.gather_nd(self._return, rows) + reward
-        return _after([self._return.scatter_nd_update(rows, returns)], returns)
-
-    def end_episodes(self, agent_indices):
-        """Moves the finished episodes of the given agents into the memory while training,
-        and trains once the memory holds `update_every` episodes."""
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._store(agent_indices),
-            lambda: tf.constant(False))
-
-    def _store(self, agent_indices):
-        with tf.name_scope("end_episodes"):
-            agent_indices = tf.cast(agent_indices, tf.int32)
-            free = self._config.update_every - self._memory_index
-            used = agent_indices[:free]
-            rows = self._memory_index + tf.range(tf.shape(used)[0])
-            episodes, length = self._episodes.data(used)
-            stored = [
-                self._memory.replace(episodes, length, rows),
-                self._memory_final.scatter_nd_update(
-                    rows[:, None], tf.gather(self._episode_final, used)),
-                self._memory_terminated.scatter_nd_update(
-                    rows[:, None], tf.gather(self._episode_terminated, used)),
-            ]
-            with tf.control_dependencies(stored):
-                count = self._memory_index.assign_add(tf.shape(used)[0])
-            return tf.cond(count >= self._config.update_every, self._train,
-                           lambda: tf.constant(False))
+        """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
+        optimizers and the KL penalty."""
+        return dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
+                    value_optimizer=self._value_optimizer, kl_penalty=self._penalty)
 
     def _train(self):
         """One PPO update on the full memory and its summaries; returns True once done."""
@@ -436,13 +158,6 @@ class PPO:
         return [optimizer.learning_rate.assign(rate * remaining)
                 for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
                                         (self._value_optimizer, config.value_lr))]
-
-    def _replay(self, observ):
-        """The current policy's parameters on whole episodes of the memory, replayed from
-        the zero state; dict of `[update_every, memory_length, ...]`."""
-        params, _ = self._networks.policy(
-            observ, tf.zeros([self._config.update_every, self._state_size]))
-        return params
 
     def _chunks(self, steps):
         """Cuts `[episodes, memory_length, ...]` tensors into `[chunks, chunk_length, ...]`."""

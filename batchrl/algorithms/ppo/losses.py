@@ -8,7 +8,7 @@ its target).
 
 import tensorflow as tf
 
-from batchrl.algorithms.ppo.advantage import masked_mean
+from batchrl.algorithms.advantage import masked_mean
 
 
 def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,

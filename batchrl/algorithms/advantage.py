@@ -53,3 +53,11 @@ def generalized_advantage(reward, value, bootstrap, length, discount, gae_lambda
     delta = (reward + discount * next_value - value) * mask
     advantage = discounted_cumsum(delta, discount * gae_lambda)
     return advantage, (advantage + value) * mask
+
+
+def normalize(values, mask):
+    """`values` shifted and scaled to mean 0 and standard deviation 1 over the valid steps
+    (`mask` 1), and 0 elsewhere; both float32 `[episodes, time]`."""
+    mean = masked_mean(values, mask)
+    std = tf.sqrt(masked_mean(tf.square(values - mean), mask))
+    return (values - mean) / (std + 1e-8) * mask

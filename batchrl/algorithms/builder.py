@@ -1,0 +1,247 @@
+"""Algorithms from a few pure functions: a loss over a batch of episodes, a postprocessing
+of the batch, a value loss and declared optimizers (`build_algorithm`)."""
+
+import functools
+import inspect
+import re
+
+import tensorflow as tf
+
+from batchrl import optimizers
+from batchrl.algorithms import advantage as advantage_lib
+from batchrl.algorithms import parts
+from batchrl.algorithms.on_policy import OnPolicyAlgorithm, _after
+from batchrl.optimizers import spec as spec_lib
+
+_ROLES = ("loss_fn", "postprocess_fn", "value_loss_fn", "kl_fn")
+
+
+class FunctionalAlgorithm(OnPolicyAlgorithm):
+    """The algorithm class that `build_algorithm` derives from; see there."""
+
+    name = "functional"
+    functions = {}  # role -> function, set by build_algorithm.
+    default_optimizer = {"type": "adam"}
+    default_value_optimizer = {"type": "adam"}
+
+    def __init__(self, batch_env, step, is_training, should_log, config):
+        super().__init__(batch_env, step, is_training, should_log, config)
+        self._functions = {role: _bind(self.name, role, function, config)
+                           for role, function in self.functions.items() if function}
+        self._policy_optimizer = optimizers.create(
+            config.get("optimizer") or self.default_optimizer, config.policy_lr,
+            config.max_gradient_norm, "optimizer")
+        self._policy_optimizer.build(self._networks.policy.trainable_variables)
+        self._value_optimizer = optimizers.create(
+            config.get("value_optimizer") or self.default_value_optimizer, config.value_lr,
+            config.max_gradient_norm, "value_optimizer")
+        self._value_optimizer.build(self._networks.value.trainable_variables)
+        self._update = tf.function(
+            self._update_step, jit_compile=bool(config.jit_update), autograph=False)
+
+    @classmethod
+    def required_config_keys(cls):
+        """`{(role, key)}`: the keyword-only parameters without defaults of the functions,
+        which the config's keys of the same names fill in."""
+        return {(role, parameter.name)
+                for role, function in cls.functions.items() if function
+                for parameter in inspect.signature(function).parameters.values()
+                if parameter.kind is parameter.KEYWORD_ONLY
+                and parameter.default is parameter.empty}
+
+    @property
+    def checkpoint_state(self):
+        """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
+        optimizers (their state, e.g. Adam's moments) and the networks' variables by list:
+        the Keras models do not reach the variables of their hidden layers for a checkpoint
+        (PPO's Keras optimizers do, but a natural gradient holds none)."""
+        return dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
+                    value_optimizer=self._value_optimizer,
+                    policy_variables=list(self._networks.policy.variables),
+                    value_variables=list(self._networks.value.variables))
+
+    def _train(self):
+        """The update and its summaries (scalars, and a histogram of the advantages when
+        postprocessing adds them); returns True once done."""
+        with tf.name_scope("update"):
+            result = self._update()
+            advantage = result.pop("advantage", None)
+            mask = result.pop("mask")
+            with tf.summary.record_if(self._should_log), tf.name_scope(self.name + "/"):
+                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
+                if advantage is not None:
+                    summaries.append(tf.summary.histogram(
+                        "advantage", tf.boolean_mask(advantage, mask > 0)))
+                self._observ_filter.summary()
+                self._reward_filter.summary()
+            return _after(summaries, True)
+
+    def _update_step(self):
+        """Builds the batch, postprocesses it, takes the policy optimizer's step and then the
+        value optimizer's, and empties the memory; returns the diagnostics (`policy/...`,
+        `value/...`, `kl`, `entropy`, `mean_return`), `mask` and, when postprocessing adds
+        it, `advantage`."""
+        with tf.control_dependencies(self._schedule_learning_rates()):
+            batch = self._batch()
+        if "postprocess_fn" in self._functions:
+            batch = self._functions["postprocess_fn"](batch)
+        batch = {key: tf.stop_gradient(value) for key, value in batch.items()}
+        networks, distribution = self._networks, self._distribution
+        functions = self._functions
+        kl_fn = functions.get("kl_fn", parts.kl_from_update_start)
+        _, policy = self._policy_optimizer.minimize(
+            lambda: functions["loss_fn"](networks, distribution, batch),
+            networks.policy.trainable_variables,
+            lambda: kl_fn(networks, distribution, batch))
+        metrics = {"policy/" + key: value for key, value in policy.items()}
+        if "value_loss_fn" in functions:
+            with tf.control_dependencies(list(policy.values())):
+                _, value = self._value_optimizer.minimize(
+                    lambda: functions["value_loss_fn"](networks, distribution, batch),
+                    networks.value.trainable_variables)
+            metrics.update({"value/" + key: item for key, item in value.items()})
+        with tf.control_dependencies(list(metrics.values())):
+            new = parts.current_policy(networks, distribution, batch)
+            old = parts.stored_policy(distribution, batch, "old_policy_")
+            metrics["kl"] = advantage_lib.masked_mean(old.kl(new), batch["mask"])
+            metrics["entropy"] = advantage_lib.masked_mean(new.entropy(), batch["mask"])
+        if "return" in batch:
+            metrics["mean_return"] = advantage_lib.masked_mean(batch["return"], batch["mask"])
+        with tf.control_dependencies(list(metrics.values())):
+            cleared = [self._memory.clear(), self._memory_index.assign(0)]
+        extra = {"mask": batch["mask"]}
+        if "advantage" in batch:
+            extra["advantage"] = batch["advantage"]
+        with tf.control_dependencies(cleared):
+            return {key: tf.identity(value) for key, value in dict(metrics, **extra).items()}
+
+    def _batch(self):
+        """The memory as the batch that `build_algorithm` documents."""
+        episodes, length = self._memory.data()
+        mask = advantage_lib.sequence_mask(length, self._memory_length)
+        observ = episodes["observ"]
+        last = tf.equal(tf.range(self._memory_length)[None, :], length[:, None] - 1)
+        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
+        batch = {
+            "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
+            "reward": self._reward_filter.transform(episodes["reward"]) * mask,
+            "done": last,
+            "terminated": tf.logical_and(last, self._memory_terminated[:, None]),
+            "value": self._networks.value(observ) * mask,
+            "bootstrap": self._networks.value(self._memory_final[:, None])[:, 0]
+            * not_terminal,
+            "initial_state": tf.zeros([self._config.update_every, self._state_size]),
+        }
+        for key in self._param_shapes:
+            batch["policy_" + key] = episodes["policy_" + key]
+        for key, value in self._replay(observ).items():
+            batch["old_policy_" + key] = value
+        return batch
+
+    def _schedule_learning_rates(self):
+        """With `lr_schedule: linear`, scales the optimizers' learning rates by the fraction
+        of the run's `steps` still to train; returns the assignments."""
+        if self._config.lr_schedule != "linear":
+            return []
+        done = tf.cast(self._step, tf.float32) / float(self._config.steps)
+        remaining = tf.maximum(1.0 - done, 0.0)
+        return (self._policy_optimizer.scale_learning_rate(remaining)
+                + self._value_optimizer.scale_learning_rate(remaining))
+
+
+def _bind(name, role, function, config):
+    """`function` with its keyword-only parameters set to the config's keys of the same
+    names (those with defaults keep them when the config has no such key).
+
+    Raises:
+      ValueError: a keyword-only parameter without a default is not a config key.
+    """
+    keywords = {}
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is not parameter.KEYWORD_ONLY:
+            continue
+        if parameter.name in config:
+            keywords[parameter.name] = config[parameter.name]
+        elif parameter.default is parameter.empty:
+            raise ValueError(f"{role} of algorithm {name!r} takes the keyword "
+                             f"{parameter.name!r}, which is not a config key")
+    return functools.partial(function, **keywords) if keywords else function
+
+
+def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, optimizer=None,
+                    value_optimizer=None, kl_fn=None):
+    """An algorithm class made of pure functions, on batchrl's episode collection.
+
+    The class is constructed as `Algorithm(batch_env, step, is_training, should_log,
+    config)` and has `begin_episodes / perform / experience / end_episodes`, as `simulate`
+    calls them; acting, normalizing and collecting whole episodes are those of
+    `OnPolicyAlgorithm` (its config keys apply). Once the memory holds `update_every`
+    episodes, one update: the batch is built, `postprocess_fn` adds to it, the policy
+    optimizer minimizes `loss_fn` over the policy's variables (with `kl_fn` for optimizers
+    that need it), then the value optimizer minimizes `value_loss_fn` over the value
+    network's, and the memory is emptied. Summaries under `NAME/`: the optimizers'
+    diagnostics (`policy/...`, `value/...`), `kl` (from the policy when the update began to
+    the new one), `entropy`, `mean_return` (when the batch has a `return`) and a histogram
+    of `advantage` (when it has one).
+
+    The batch is a dict of tensors over `E = update_every` episodes padded to `T` steps
+    (the episode length limit): `observ` float32 `[E, T, *observation_shape]`
+    (normalized); `action` `[E, T, *action_shape]`; `reward` float32 `[E, T]` (scaled by
+    the reward normalizer); `done` bool `[E, T]`, true at each episode's last step;
+    `terminated` bool `[E, T]`, true at the last step of an episode that reached a terminal
+    state; `mask` float32 `[E, T]`, 1 for valid steps; `length` int32 `[E]`; `value`
+    float32 `[E, T]`, V(s_t) before this update; `bootstrap` float32 `[E]`, the value of
+    the observation after the last step (0 when terminated); `initial_state` float32
+    `[E, state_size]`, zeros (episodes are replayed from their start); `policy_<param>`,
+    the parameters of the policy that acted at each step; `old_policy_<param>`, those of
+    the policy when this update began. Entries are zero beyond each episode's length
+    unless masked otherwise. Gradients do not flow into the batch.
+
+    Args:
+      name: the algorithm's name (letters, digits, `_`, `-`, `.`): the class name and the
+        summaries' scope.
+      loss_fn: `loss_fn(networks, distribution, batch) -> float32 scalar`, the policy's
+        loss, to be minimized; `networks` is the `batchrl.networks.Networks` (`policy`,
+        `value`, `distribution`), `distribution` the distribution class
+        (`batchrl.algorithms.parts` has helpers).
+      postprocess_fn: `postprocess_fn(batch) -> batch`, e.g. adding `advantage` and
+        `return`; None keeps the batch.
+      value_loss_fn: `value_loss_fn(networks, distribution, batch) -> float32 scalar`;
+        None: the value network is not trained.
+      optimizer: the policy optimizer's declaration (see `batchrl.optimizers.spec`) when
+        the config's `optimizer` is null; None: Adam at the config's `policy_lr`.
+      value_optimizer: the same for the value network (config key `value_optimizer`);
+        None: Adam at `value_lr`.
+      kl_fn: `kl_fn(networks, distribution, batch) -> float32 scalar`, the KL divergence
+        that optimizers bound; None: `parts.kl_from_update_start`.
+
+    Keyword-only parameters of the functions (after `*`) are filled in from the config's
+    keys of the same names, e.g. `def postprocess(batch, *, discount, gae_lambda)`.
+
+    Returns:
+      A subclass of `FunctionalAlgorithm` named `name`.
+
+    Raises:
+      ValueError: a bad name, a function that is not callable, or a bad optimizer
+        declaration.
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", name):
+        raise ValueError(f"algorithm name {name!r} must be letters, digits, _, - or . "
+                         f"starting with a letter")
+    functions = dict(zip(_ROLES, (loss_fn, postprocess_fn, value_loss_fn, kl_fn),
+                         strict=True))
+    for role, function in functions.items():
+        if function is not None and not callable(function) or role == "loss_fn" and (
+                function is None):
+            raise ValueError(f"{role} of algorithm {name!r} must be a function, got "
+                             f"{function!r}")
+    attributes = {"name": name, "functions": functions, "__module__": getattr(
+        loss_fn, "__module__", __name__), "__doc__": (
+        f"The algorithm {name!r} of `build_algorithm`: loss "
+        f"{getattr(loss_fn, '__qualname__', loss_fn)}.")}
+    if optimizer is not None:
+        attributes["default_optimizer"] = spec_lib.check(optimizer, "optimizer")
+    if value_optimizer is not None:
+        attributes["default_value_optimizer"] = spec_lib.check(
+            value_optimizer, "value_optimizer")
+    return type(name, (FunctionalAlgorithm,), attributes)

@@ -1,0 +1,26 @@
+"""Optimizer modules usable inside `tf.function`: Keras' Adam, SGD and RMSprop, the natural
+gradient, a line search, several steps and a clipped step, declared in configs and stacked.
+
+Every optimizer has `minimize(loss_fn, variables, kl_fn=None) -> (deltas, diagnostics)`
+(`base.Optimizer`). `create(spec)` builds one from its declaration; `spec.check` checks a
+declaration without TensorFlow. Names are imported lazily, so that checking a config does
+not start TensorFlow.
+"""
+
+from batchrl import _lazy
+
+_EXPORTS = {
+    "ClippedStep": "batchrl.optimizers.clipped_step",
+    "KerasOptimizer": "batchrl.optimizers.keras_optimizer",
+    "LineSearch": "batchrl.optimizers.line_search",
+    "MultiStep": "batchrl.optimizers.multi_step",
+    "NaturalGradient": "batchrl.optimizers.natural_gradient",
+    "Optimizer": "batchrl.optimizers.base",
+    "conjugate_gradient": "batchrl.optimizers.natural_gradient",
+    "create": "batchrl.optimizers.factory",
+    "fisher_vector_product": "batchrl.optimizers.natural_gradient",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = _lazy.exports(__name__, _EXPORTS)

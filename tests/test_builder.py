@@ -1,0 +1,158 @@
+"""`build_algorithm`, TRPO and A2C inside `simulate`, on MockEnvironment batches."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import build, configs
+from batchrl.algorithms import A2C, TRPO, build_algorithm, parts
+from batchrl.networks import feed_forward_gaussian
+from batchrl.tools.batch_env import BatchEnv
+from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.tools.simulate import episode_state, simulate
+
+
+def _setup(algorithm, durations, truncate=False, **overrides):
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
+                                      "update_every": 3, **overrides})
+    config.update(network=feed_forward_gaussian, max_length=8)
+    envs = [MockEnvironment((3,), (2,), low, high, truncate=truncate)
+            for low, high in durations]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    algo = algorithm(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+                     tf.Variable(False), config)
+    episode_state(batch_env)  # Its variables exist before the trace.
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    return algo, run
+
+
+@pytest.mark.parametrize("algorithm", [TRPO, A2C], ids=["trpo", "a2c"])
+def test_trains_and_empties_its_memory(algorithm):
+    algo, run = _setup(algorithm, [(2, 8), (3, 5), (4, 6)])
+    policy = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    value = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
+    episodes = 0
+    for _ in range(30):
+        done, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+        episodes += int(done.numpy().sum())
+    assert episodes >= 6, "at least two updates of 3 episodes"
+    assert int(algo._memory_index.numpy()) < 3
+    for before, networks in ((policy, algo.networks.policy), (value, algo.networks.value)):
+        after = networks.trainable_variables
+        assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+    assert run.experimental_get_tracing_count() == 1
+
+
+def _recorder():
+    """An algorithm whose postprocessing copies the batch into `seen` (as NumPy) and whose
+    loss is 0: it trains nothing and shows what the batch holds."""
+    seen = {}
+
+    def postprocess(batch, *, discount):
+        def store(*values):
+            seen.update({key: value.numpy() for key, value in zip(sorted(batch), values,
+                                                                  strict=True)})
+            seen["discount"] = discount
+            return np.float32(0)
+
+        stored = tf.py_function(store, [batch[key] for key in sorted(batch)], tf.float32)
+        return {**batch, "stored": stored}
+
+    def loss(networks, distribution, batch):
+        policy = parts.current_policy(networks, distribution, batch)
+        return 0.0 * tf.reduce_sum(policy.mean)
+
+    return build_algorithm("recorder", loss, postprocess), seen
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_the_batch_holds_what_build_algorithm_documents(truncate):
+    algorithm, seen = _recorder()
+    algo, run = _setup(algorithm, [(3, 3), (5, 5), (4, 4)], truncate=truncate, discount=0.7)
+    reward_filter = algo.checkpoint_state["reward_filter"]
+    for _ in range(5):  # The episodes of 3, 4 and 5 steps end: the memory is full.
+        run(False, False)
+    assert seen["discount"] == 0.7
+    length = seen["length"]
+    np.testing.assert_array_equal(length, [3, 4, 5])  # In the order they ended.
+    steps = np.arange(8)[None, :]
+    np.testing.assert_array_equal(seen["mask"], (steps < length[:, None]).astype(np.float32))
+    np.testing.assert_array_equal(seen["done"], steps == length[:, None] - 1)
+    np.testing.assert_array_equal(seen["terminated"], seen["done"] & (not truncate))
+    assert seen["observ"].shape == (3, 8, 3) and seen["action"].shape == (3, 8, 2)
+    assert seen["initial_state"].shape == (3, 0)
+    assert not seen["reward"][seen["mask"] == 0].any()
+    assert not seen["value"][seen["mask"] == 0].any()
+    # `old_policy_` is the policy when the update began; nothing trained before, and the
+    # policy that acted was the same: the stored parameters agree.
+    valid = seen["mask"] > 0
+    np.testing.assert_allclose(seen["old_policy_mean"][valid], seen["policy_mean"][valid],
+                               rtol=1e-5, atol=1e-6)
+    # The value after the last step: of the final observation when truncated, else 0.
+    bootstrap = seen["bootstrap"]
+    assert (bootstrap != 0).all() if truncate else not bootstrap.any()
+    # Rewards scaled as the normalizer says (its statistics changed after the update).
+    assert float(reward_filter.count) == 5 * 3
+
+
+def _misspelt_loss(networks, distribution, batch, *, entropy_coeff):
+    return 0.0
+
+
+MISSPELT = build_algorithm("misspelt", _misspelt_loss)
+
+
+def test_keywords_without_defaults_must_be_config_keys():
+    def loss(networks, distribution, batch, *, entropy_coef, scale=2.0):
+        return 0.0
+
+    assert build_algorithm("k", loss).required_config_keys() == {("loss_fn", "entropy_coef")}
+    config = configs.load("default", {"algorithm": "tests.test_builder:MISSPELT"})
+    with pytest.raises(configs.ConfigError, match="loss_fn of 'tests.test_builder:MISSPELT' "
+                       "takes the keyword 'entropy_coeff', which is not a config key"):
+        build.algorithm_class(config)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (("has space", lambda *a: 0.0), "algorithm name 'has space'"),
+    (("x", None), "loss_fn of algorithm 'x' must be a function"),
+    (("x", lambda *a: 0.0, 3), "postprocess_fn of algorithm 'x' must be a function"),
+])
+def test_bad_arguments_name_the_culprit(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        build_algorithm(*arguments)
+
+
+def test_a_bad_default_optimizer_is_an_error_at_once():
+    with pytest.raises(ValueError, match="'optimizer' has unknown type 'adamm'"):
+        build_algorithm("x", lambda *a: 0.0, optimizer={"type": "adamm"})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"algorithm": "ppo", "optimizer": {"type": "adam"}},
+     "config key 'optimizer' is not read by algorithm 'ppo'"),
+    ({"algorithm": "no_such_module:X"}, "cannot import module 'no_such_module'"),
+    ({"algorithm": "batchrl.networks:Networks"}, "is not an algorithm class"),
+])
+def test_bad_algorithm_keys_name_the_culprit(overrides, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        build.algorithm_class(configs.load("default", overrides))
+
+
+def test_config_optimizer_replaces_the_algorithm_default():
+    algo, _ = _setup(TRPO, [(2, 3)], optimizer={"type": "sgd", "learning_rate": 0.5},
+                     value_optimizer={"type": "rmsprop"}, value_lr=0.25)
+    policy = algo.checkpoint_state["policy_optimizer"]
+    value = algo.checkpoint_state["value_optimizer"]
+    assert float(policy.optimizer.learning_rate.numpy()) == 0.5
+    assert float(value.optimizer.learning_rate.numpy()) == 0.25
+    default, _ = _setup(TRPO, [(2, 3)])
+    assert type(default.checkpoint_state["policy_optimizer"]).__name__ == "LineSearch"

@@ -1,0 +1,53 @@
+"""`--eager` runs every function eagerly and computes what the traced run computes."""
+
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.util import tensor_util
+
+from batchrl.scripts import train
+
+SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+TINY = ["--set", "steps=200", "--set", "eval_every=100", "--set", "log_every=100",
+        "--set", "num_agents=2", "--set", "update_every=2", "--set", "update_epochs=1",
+        "--set", "eval_episodes=2", "--set", "max_length=50", "--set", "env_processes=false"]
+
+
+def _summaries(directory):
+    """Every summary under `directory`: tag -> list of (step, value as a NumPy array)."""
+    accumulator = event_accumulator.EventAccumulator(
+        str(directory), size_guidance={event_accumulator.TENSORS: 0})
+    accumulator.Reload()
+    return {tag: [(event.step, tensor_util.make_ndarray(event.tensor_proto))
+                  for event in accumulator.Tensors(tag)]
+            for tag in accumulator.Tags()["tensors"]}
+
+
+@pytest.mark.parametrize("config, algorithm", [
+    ("pendulum", "ppo"), ("pendulum", "trpo"), ("cartpole", "a2c"),
+    ("cartpole", "reinforce:REINFORCE")])
+def test_eager_and_traced_runs_write_the_same_losses(tmp_path, monkeypatch, capsys, config,
+                                                     algorithm):
+    """Two train phases of an update each; the losses, KLs, scores and histograms of both
+    runs agree (within float32 rounding: the traced graph is optimized)."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # reinforce.py, the README's example.
+    arguments = [f"--config={config}", "--set", f"algorithm={algorithm}", *TINY]
+    assert train.main([*arguments, f"--logdir={tmp_path / 'traced'}"]) == 0
+    assert "tf.function traces: 1" in capsys.readouterr().out
+    assert train.main([*arguments, "--eager", f"--logdir={tmp_path / 'eager'}"]) == 0
+    assert "Ran eagerly" in capsys.readouterr().out
+    assert not tf.config.functions_run_eagerly(), "the process's setting is restored"
+    traced = _summaries(tmp_path / "traced" / "train")
+    eager = _summaries(tmp_path / "eager" / "train")
+    name = algorithm.split(":")[-1].lower()
+    losses = [tag for tag in traced if "loss" in tag]
+    assert losses and all(tag.startswith(name + "/") for tag in losses), losses
+    assert traced.keys() == eager.keys()
+    for tag in traced:
+        assert [step for step, _ in traced[tag]] == [step for step, _ in eager[tag]], tag
+        assert len(traced[tag]) >= 2 or tag.startswith(("mean_", "normalize_")), tag
+        for (_, first), (_, second) in zip(traced[tag], eager[tag], strict=True):
+            np.testing.assert_allclose(first, second, rtol=1e-3, atol=1e-5, err_msg=tag)
