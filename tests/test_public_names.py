@@ -32,10 +32,11 @@ def test_exported_names_stay_what_they_are(prelude):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_importing_the_package_does_not_import_tensorflow():
-    code = ("import sys, batchrl, batchrl.tools; "
-            "from batchrl.tools import wrappers; "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+def test_importing_the_package_does_not_import_tensorflow_or_ray():
+    code = ("import sys, batchrl, batchrl.tools, batchrl.environments; "
+            "from batchrl.tools import wrappers, ray_env; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; "
+            "assert 'ray' not in sys.modules, 'ray was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
