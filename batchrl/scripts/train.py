@@ -143,6 +143,10 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
         raise EnvironmentFailed(
             f"before the first step: cannot create the environments: "
             f"{type(error).__name__}: {error}") from error
+    nodes = getattr(batch_env, "worker_nodes", None)
+    if nodes:
+        print(f"Environments: {len(nodes)} Ray actors on {len(set(nodes))} node(s).",
+              flush=True)
     try:
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         prepare_logdir(logdir, config)

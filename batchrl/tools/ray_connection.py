@@ -80,6 +80,10 @@ def connect(address, seconds=START_SECONDS):
                 signal.signal(signal.SIGTERM, handler)
         if "error" in outcome:
             error = outcome["error"]
+            if type(error).__name__ == "AuthenticationError":
+                raise RayUnavailable(
+                    f"cannot {what}: the cluster wants its token: set RAY_AUTH_MODE=token, "
+                    f"with the token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
             detail = " ".join(str(error).split())[:300]
             raise RayUnavailable(f"cannot {what}: {type(error).__name__}: {detail}")
         _CONNECTION.update(ours=True, users=1)
