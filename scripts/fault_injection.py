@@ -30,8 +30,9 @@ fault, chosen at random:
   checkpoint the index names and finish.
 
 Counted over all trials: hangs (a run not finished within its time limit), leftover
-processes (any process still carrying the trial's marker in its environment after the run,
-Ray's own processes included),
+processes (any process still carrying the trial's marker in its environment
+`LEFTOVER_GRACE` seconds after the run, Ray's own processes included: after a SIGKILL of
+the trainer, some of them take about a minute to exit; the detail says how long they took),
 unreadable checkpoints (the latest checkpoint cannot be read), and resumed runs that lost
 more than one checkpoint interval (the resumed step is more than `eval_every` behind the
 last step the killed run reported).
@@ -72,6 +73,12 @@ FAULT_KINDS = WORKER_FAULTS + ENV_FAULTS + tuple(SIGNALS) + SAVE_FAULTS
 RESTART_FAULTS = ("kill-restart",)  # Only with --backend ray.
 BACKENDS = {"processes": [], "ray": ["--set", "env_backend=ray"]}
 TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
+# Seconds processes may take to exit after a run. After a SIGKILL of a trainer that had
+# started a local Ray, Ray's reaper ends its GCS and raylet at once and the actors within
+# seconds, but the raylet's two agents (ray::DashboardAgent, ray::RuntimeEnvAgent) notice
+# their parent's death, then try to report it to the dead GCS: they exited after about
+# 60 s on the 2-core machine.
+LEFTOVER_GRACE = 120.0
 
 
 def _command(logdir, env_args, module="batchrl.scripts.train", backend="processes"):
@@ -85,7 +92,37 @@ def _environment(trial):
     return env
 
 
-def leftover_processes(trial):
+def leftover_processes(trial, grace=0.0):
+    """PIDs of processes whose environment carries the trial's marker, once they are all
+    gone or `grace` seconds have passed."""
+    deadline = time.monotonic() + grace
+    while True:
+        found = _marked_processes(trial)
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _count_leftovers(result, trial):
+    """Adds the trial's processes left after `LEFTOVER_GRACE` seconds to `result`, and the
+    longest wait for processes to exit (`exit_seconds`)."""
+    start = time.monotonic()
+    left = leftover_processes(trial, LEFTOVER_GRACE)
+    result["leftover"] += len(left)
+    result["left"] += [_name(pid) for pid in left]
+    result["exit_seconds"] = max(result.get("exit_seconds", 0.0), time.monotonic() - start)
+
+
+def _name(pid):
+    """The first 60 characters of process `pid`'s command line ("?" once it is gone)."""
+    try:
+        command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return "?"
+    return command.decode(errors="replace").strip()[:60] or "?"
+
+
+def _marked_processes(trial):
     """PIDs of processes whose environment carries the trial's marker."""
     needle = f"{MARKER}={trial}".encode()
     found = []
@@ -214,7 +251,7 @@ def trial(index, kind, rng, workdir, backend="processes"):
     logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
     env = _environment(index)
     command = functools.partial(_command, backend=backend)
-    result = {"trial": index, "fault": kind, "hung": False, "leftover": 0,
+    result = {"trial": index, "fault": kind, "hung": False, "leftover": 0, "left": [],
               "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
     if kind in RESTART_FAULTS:
         after = rng.randint(50, 1500)
@@ -258,7 +295,7 @@ def trial(index, kind, rng, workdir, backend="processes"):
         # The step the run stopped at, or the last one it reported (after a checkpoint).
         stopped = re.search(r"Stopped at step ([\d,]+)", stderr)
         reached = int(stopped.group(1).replace(",", "")) if stopped else _last_step(stdout)
-        result["leftover"] += len(leftover_processes(index))
+        _count_leftovers(result, index)
         result["unreadable"] = not checkpoint_readable(logdir)
         resumed_code, resumed_out, resumed_err, more = _run(command(logdir, env_args), env)
         result["hung"] |= resumed_code is None
@@ -272,8 +309,13 @@ def trial(index, kind, rng, workdir, backend="processes"):
                             f"stopped or reported step {reached:,}, resumed at "
                             f"{resumed_at:,}, resumed run exit {resumed_code} ({more:.0f} s)"
                             + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
-    result["leftover"] += len(leftover_processes(index))
+    _count_leftovers(result, index)
     result["unreadable"] |= not checkpoint_readable(logdir)
+    if result["exit_seconds"] >= 1.0:
+        result["detail"] += f"; the run's processes took {result['exit_seconds']:.0f} s to exit"
+    if result["leftover"]:
+        result["detail"] += (f"; {result['leftover']} process(es) left "
+                             f"({', '.join(result['left'])})")
     return result
 
 
@@ -287,8 +329,9 @@ def _save_trial(index, rng, workdir, logdir, env, backend):
     command = _command(logdir, ["--set", f"env={ENV_NAME}"], module="fault_train",
                        backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
-    result = {"hung": code is None, "leftover": len(leftover_processes(index)),
+    result = {"hung": code is None, "leftover": 0, "left": [],
               "unreadable": not checkpoint_readable(logdir)}
+    _count_leftovers(result, index)
     if not marker.exists():
         result["detail"] = (f"stage {stage} of save {save}: the run never got there "
                             f"(exit {code}, {seconds:.0f} s)")
