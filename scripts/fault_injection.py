@@ -76,8 +76,9 @@ TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
 # Seconds processes may take to exit after a run. After a SIGKILL of a trainer that had
 # started a local Ray, Ray's reaper ends its GCS and raylet at once and the actors within
 # seconds, but the raylet's two agents (ray::DashboardAgent, ray::RuntimeEnvAgent) notice
-# their parent's death, then try to report it to the dead GCS: they exited after about
-# 60 s on the 2-core machine.
+# their parent's death, then try to report it to the dead GCS: on the 2-core machine
+# everything was gone 2-3 s after the SIGKILL in some trials and after about 60 s in
+# others.
 LEFTOVER_GRACE = 120.0
 
 

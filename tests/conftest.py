@@ -14,10 +14,11 @@ def pytest_configure(config):
         "filterwarnings", "ignore:inter_op_threads.*not applied:UserWarning")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A Ray cluster of two nodes on this machine (two CPUs each; `ray.cluster_utils`), this
-    process connected to it, shut down at the end of the session. Its processes see
+    process connected to it, shut down at the end of the test module (its idle processes
+    would take CPU from the other modules' tests). Its processes see
     scripts/ on PYTHONPATH, so actors can build `fault_envs` environments. Skips without
     Ray (`pip install 'batchrl[ray]'`)."""
     ray = pytest.importorskip("ray")
