@@ -25,9 +25,9 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
-             "num_workers", "observ_clip", "reward_clip"}
+             "num_workers", "observ_clip", "reward_clip", "worker_cpus"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
-                 "inter_op_threads", "entropy_coef"}
+                 "inter_op_threads", "entropy_coef", "worker_restarts"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
@@ -35,9 +35,10 @@ _OPTIONAL_FLOAT = {"max_gradient_norm"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
 ALGORITHMS = ("ppo", "trpo", "a2c")
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
+_OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
-            "reward_normalizer": ("reward", "return")}
+            "reward_normalizer": ("reward", "return"), "env_backend": ("local", "ray")}
 
 
 class ConfigError(ValueError):
@@ -105,9 +106,13 @@ def _check_value(key, value, default):
     if key == "algorithm":
         return _check_algorithm(value)
     if value is None:
-        if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT:
+        if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT or key in _OPTIONAL_STR:
             return None
         raise ConfigError(f"{where} must not be null")
+    if key in _OPTIONAL_STR:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where} must be a non-empty string or null, got {value!r}")
+        return value
     if key in _OPTIONAL_INT or isinstance(default, int) and not isinstance(default, bool):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where} must be an integer, got {value!r}")

@@ -8,11 +8,14 @@ in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true clas
 `gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
 `envpool:TASK` names an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`): the whole batch is
 one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process.
+With `env_backend: ray`, Gymnasium environments are hosted by Ray actors (a
+`batchrl.tools.ray_env.RayBatchEnv`, which imports Ray when it is built).
 """
 
 import difflib
 import functools
 import importlib
+import importlib.util
 
 import gymnasium as gym
 
@@ -70,6 +73,36 @@ def check_env_id(env):
     close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
     hint = f"; close matches: {', '.join(close)}" if close else ""
     raise ConfigError(f"unknown Gymnasium environment id {env!r} (config key 'env'){hint}")
+
+
+# Config keys that only the Ray backend reads, and their defaults.
+_RAY_KEYS = {"ray_address": None, "worker_cpus": 1.0, "worker_restarts": 0}
+
+
+def check_backend(config):
+    """Checks that `env_backend` agrees with the other keys (without importing Ray).
+
+    Raises:
+      ConfigError: `env_backend: ray` with `env_processes: false`, with an EnvPool task or
+        an in-graph environment, or without Ray installed; or a Ray-only key
+        (`ray_address`, `worker_cpus`, `worker_restarts`) set with `env_backend: local`.
+    """
+    if config.env_backend != "ray":
+        for key, default in _RAY_KEYS.items():
+            if config[key] != default:
+                raise ConfigError(f"config key {key!r} ({config[key]!r}) applies only to "
+                                  f"env_backend: ray, and env_backend is {config.env_backend}")
+        return
+    if not config.env_processes:
+        raise ConfigError("config keys 'env_backend' (ray) and 'env_processes' (false) "
+                          "contradict each other: Ray actors are worker processes; set "
+                          "env_processes: true, or env_backend: local")
+    if envpool_task(config.env) is not None or native_class(config.env) is not None:
+        raise ConfigError(f"config key 'env_backend' is ray, but env {config.env!r} is an "
+                          f"EnvPool task or an in-graph environment, stepped in this process")
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("config key 'env_backend' is ray, which needs Ray: pip install "
+                          "'batchrl[ray]'")
 
 
 def native_class(env):
@@ -142,13 +175,20 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
 def create_batch(config):
     """The batch of a config: `config.num_agents` environments, in this process, or when
     `config.env_processes` in a `ParallelBatchEnv` of `config.num_workers` worker processes
-    (None: one per core), each hosting a contiguous group of the environments.
+    (None: one per core), each hosting a contiguous group of the environments; with
+    `env_backend: ray`, in a `RayBatchEnv` of `config.num_workers` Ray actors (None: one per
+    `worker_cpus` CPUs of the Ray cluster) on the Ray of `config.ray_address`.
 
     The environments' random generators are seeded with `config.seed + index`. For an
     in-graph environment class (`native_class`), returns that class's instance for the
     whole batch, seeded with `config.seed`; for `envpool:TASK`, an `EnvPoolBatchEnv` of
     `config.num_workers` threads (None: one per core). `env_processes` applies to neither.
+
+    Raises:
+      ConfigError: `check_backend` fails, or Ray cannot be started or reached at
+        `config.ray_address` (the message names the key).
     """
+    check_backend(config)
     task = envpool_task(config.env)
     if task is not None:  # episode_limit checks the task id first.
         batch_env = envpool_env.EnvPoolBatchEnv(
@@ -162,7 +202,9 @@ def create_batch(config):
                       seed=config.seed, **config.env_kwargs)
     constructor = functools.partial(
         create, config.env, episode_limit(config), kwargs=config.env_kwargs)
-    if config.env_processes:
+    if config.env_backend == "ray":
+        batch_env = _ray_batch(config, constructor)
+    elif config.env_processes:
         batch_env = ParallelBatchEnv(constructor, config.num_agents,
                                      num_workers=config.num_workers,
                                      timeout=config.worker_timeout, name=config.env)
@@ -177,5 +219,24 @@ def create_batch(config):
                 raise RuntimeError(f"env {index} ({config.env}): the constructor raised "
                                    f"{type(error).__name__}: {error}") from error
         batch_env = BatchEnv(envs, blocking=True)
-    batch_env.reset(seed=config.seed)
+    try:
+        batch_env.reset(seed=config.seed)
+    except BaseException:
+        batch_env.close()
+        raise
     return batch_env
+
+
+def _ray_batch(config, constructor):
+    from batchrl.tools import ray_env
+
+    try:
+        return ray_env.RayBatchEnv(
+            constructor, config.num_agents, num_workers=config.num_workers,
+            worker_cpus=config.worker_cpus, timeout=config.worker_timeout,
+            restarts=config.worker_restarts, address=config.ray_address, name=config.env)
+    except ray_env.RayUnavailable as error:
+        raise ConfigError(f"config key 'ray_address' ({config.ray_address!r}): "
+                          f"{error}") from None
+    except ray_env.NotEnoughCPUs as error:
+        raise ConfigError(f"config keys 'num_workers' and 'worker_cpus': {error}") from None

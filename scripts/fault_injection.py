@@ -1,9 +1,12 @@
 """Inject random faults into short training runs and count what went wrong.
 
     .venv/bin/python scripts/fault_injection.py --trials 20 --output docs/faults.md
+    .venv/bin/python scripts/fault_injection.py --backend ray --trials 20 \
+        --output docs/faults-ray.md
 
-Each trial trains Pendulum (worker processes, short schedule) into a fresh run directory
-and injects one fault, chosen at random:
+Each trial trains Pendulum (worker processes, or with `--backend ray` Ray actors on a local
+Ray that the trainer starts; short schedule) into a fresh run directory and injects one
+fault, chosen at random:
 
 - a worker fault at a random step (scripts/fault_envs.py): an exception (`raise`), an exit
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
@@ -13,6 +16,8 @@ and injects one fault, chosen at random:
   (`raise-init`) or in its k-th `reset` (`raise-reset`, k = 2-8, so mid-run: the first
   reset is when the batch is built); the run must end with exit code 1 and one `error:`
   message that names the environment;
+- with `--backend ray` also `kill-restart`: SIGKILL of an actor at a random step with
+  `worker_restarts: 1`; the run must finish (exit code 0) and log one restart;
 - a signal to the trainer at a random time, 0-4 s after its first checkpoint: SIGINT or
   SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no chance to clean up,
   possibly while a checkpoint is written); the same command is then run again and must
@@ -25,13 +30,16 @@ and injects one fault, chosen at random:
   checkpoint the index names and finish.
 
 Counted over all trials: hangs (a run not finished within its time limit), leftover
-processes (any process still carrying the trial's marker in its environment after the run),
+processes (any process still carrying the trial's marker in its environment
+`LEFTOVER_GRACE` seconds after the run, Ray's own processes included: after a SIGKILL of
+the trainer, some of them take about a minute to exit; the detail says how long they took),
 unreadable checkpoints (the latest checkpoint cannot be read), and resumed runs that lost
 more than one checkpoint interval (the resumed step is more than `eval_every` behind the
 last step the killed run reported).
 """
 
 import argparse
+import functools
 import os
 import pathlib
 import random
@@ -62,12 +70,21 @@ ENV_FAULTS = ("raise-init", "raise-reset")
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
 SAVE_FAULTS = ("sigkill-save",)
 FAULT_KINDS = WORKER_FAULTS + ENV_FAULTS + tuple(SIGNALS) + SAVE_FAULTS
+RESTART_FAULTS = ("kill-restart",)  # Only with --backend ray.
+BACKENDS = {"processes": [], "ray": ["--set", "env_backend=ray"]}
 TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
+# Seconds processes may take to exit after a run. After a SIGKILL of a trainer that had
+# started a local Ray, Ray's reaper ends its GCS and raylet at once and the actors within
+# seconds, but the raylet's two agents (ray::DashboardAgent, ray::RuntimeEnvAgent) notice
+# their parent's death, then try to report it to the dead GCS: on the 2-core machine
+# everything was gone 2-3 s after the SIGKILL in some trials and after about 60 s in
+# others.
+LEFTOVER_GRACE = 120.0
 
 
-def _command(logdir, env_args, module="batchrl.scripts.train"):
+def _command(logdir, env_args, module="batchrl.scripts.train", backend="processes"):
     return [sys.executable, "-m", module, "--config=pendulum", f"--logdir={logdir}",
-            *SETTINGS, *env_args]
+            *SETTINGS, *BACKENDS[backend], *env_args]
 
 
 def _environment(trial):
@@ -76,7 +93,37 @@ def _environment(trial):
     return env
 
 
-def leftover_processes(trial):
+def leftover_processes(trial, grace=0.0):
+    """PIDs of processes whose environment carries the trial's marker, once they are all
+    gone or `grace` seconds have passed."""
+    deadline = time.monotonic() + grace
+    while True:
+        found = _marked_processes(trial)
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _count_leftovers(result, trial):
+    """Adds the trial's processes left after `LEFTOVER_GRACE` seconds to `result`, and the
+    longest wait for processes to exit (`exit_seconds`)."""
+    start = time.monotonic()
+    left = leftover_processes(trial, LEFTOVER_GRACE)
+    result["leftover"] += len(left)
+    result["left"] += [_name(pid) for pid in left]
+    result["exit_seconds"] = max(result.get("exit_seconds", 0.0), time.monotonic() - start)
+
+
+def _name(pid):
+    """The first 60 characters of process `pid`'s command line ("?" once it is gone)."""
+    try:
+        command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return "?"
+    return command.decode(errors="replace").strip()[:60] or "?"
+
+
+def _marked_processes(trial):
     """PIDs of processes whose environment carries the trial's marker."""
     needle = f"{MARKER}={trial}".encode()
     found = []
@@ -200,13 +247,27 @@ def _error_detail(stderr):
     return error, "no error line" + (f"; uncaught {uncaught[0][:120]}" if uncaught else "")
 
 
-def trial(index, kind, rng, workdir):
+def trial(index, kind, rng, workdir, backend="processes"):
     """Runs one trial; returns a dict describing what happened."""
     logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
     env = _environment(index)
-    result = {"trial": index, "fault": kind, "hung": False, "leftover": 0,
+    command = functools.partial(_command, backend=backend)
+    result = {"trial": index, "fault": kind, "hung": False, "leftover": 0, "left": [],
               "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
-    if kind in WORKER_FAULTS or kind in ENV_FAULTS:
+    if kind in RESTART_FAULTS:
+        after = rng.randint(50, 1500)
+        once = pathlib.Path(workdir) / f"trial-{index:02d}.killed"
+        env_args = ["--set", f"env={ENV_NAME}", "--set", "worker_restarts=1", "--set",
+                    f"env_kwargs={{fault: kill, after: {after}, once: '{once}'}}"]
+        code, stdout, stderr, seconds = _run(command(logdir, env_args), env)
+        result["hung"] = code is None
+        restarts = stderr.count("restarted it as a new Ray actor")
+        result["ok"] = code == 0 and once.exists() and restarts == 1
+        result["detail"] = (f"SIGKILL of an actor after {after} env steps: exit {code}, "
+                            f"{seconds:.0f} s, {restarts} restart(s) logged, last step "
+                            f"{_last_step(stdout):,}"
+                            + ("" if code == 0 else f"; {_error_detail(stderr)[1]}"))
+    elif kind in WORKER_FAULTS or kind in ENV_FAULTS:
         if kind in WORKER_FAULTS:
             after = rng.randint(50, 1500)
             where = f"after {after} env steps"
@@ -218,26 +279,26 @@ def trial(index, kind, rng, workdir):
             where = "in the constructor"
         env_args = ["--set", f"env={ENV_NAME}",
                     "--set", f"env_kwargs={{fault: {kind}, after: {after}}}"]
-        code, _, stderr, seconds = _run(_command(logdir, env_args), env)
+        code, _, stderr, seconds = _run(command(logdir, env_args), env)
         result["hung"] = code is None
         error, summary = _error_detail(stderr)
         expected = "training failed" if kind in WORKER_FAULTS else ENV_NAME
         result["ok"] = code == 1 and len(error) == 1 and expected in error[0]
         result["detail"] = f"{where}: exit {code}, {seconds:.0f} s; {summary}"
     elif kind in SAVE_FAULTS:
-        result.update(_save_trial(index, rng, workdir, logdir, env))
+        result.update(_save_trial(index, rng, workdir, logdir, env, backend))
     else:
         delay = rng.uniform(0.0, 4.0)
         env_args = ["--set", "env=fault_envs:FaultyPendulum"]
-        code, stdout, stderr, seconds = _run(_command(logdir, env_args), env, delay,
+        code, stdout, stderr, seconds = _run(command(logdir, env_args), env, delay,
                                              SIGNALS[kind], logdir)
         result["hung"] = code is None
         # The step the run stopped at, or the last one it reported (after a checkpoint).
         stopped = re.search(r"Stopped at step ([\d,]+)", stderr)
         reached = int(stopped.group(1).replace(",", "")) if stopped else _last_step(stdout)
-        result["leftover"] += len(leftover_processes(index))
+        _count_leftovers(result, index)
         result["unreadable"] = not checkpoint_readable(logdir)
-        resumed_code, resumed_out, resumed_err, more = _run(_command(logdir, env_args), env)
+        resumed_code, resumed_out, resumed_err, more = _run(command(logdir, env_args), env)
         result["hung"] |= resumed_code is None
         resumed_at = _resumed_step(resumed_out)
         result["lost_interval"] = reached - resumed_at > EVAL_EVERY
@@ -249,22 +310,29 @@ def trial(index, kind, rng, workdir):
                             f"stopped or reported step {reached:,}, resumed at "
                             f"{resumed_at:,}, resumed run exit {resumed_code} ({more:.0f} s)"
                             + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
-    result["leftover"] += len(leftover_processes(index))
+    _count_leftovers(result, index)
     result["unreadable"] |= not checkpoint_readable(logdir)
+    if result["exit_seconds"] >= 1.0:
+        result["detail"] += f"; the run's processes took {result['exit_seconds']:.0f} s to exit"
+    if result["leftover"]:
+        result["detail"] += (f"; {result['leftover']} process(es) left "
+                             f"({', '.join(result['left'])})")
     return result
 
 
-def _save_trial(index, rng, workdir, logdir, env):
+def _save_trial(index, rng, workdir, logdir, env, backend):
     """A `sigkill-save` trial: SIGKILL inside a checkpoint write, then the same command."""
     stage = rng.choice(STAGES)
     save = rng.randint(KEEP_CHECKPOINTS + 1 if stage == "sweep" else 2, SAVES)
     marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
     stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
                             MARKER_VARIABLE: str(marker)})
-    command = _command(logdir, ["--set", f"env={ENV_NAME}"], module="fault_train")
+    command = _command(logdir, ["--set", f"env={ENV_NAME}"], module="fault_train",
+                       backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
-    result = {"hung": code is None, "leftover": len(leftover_processes(index)),
+    result = {"hung": code is None, "leftover": 0, "left": [],
               "unreadable": not checkpoint_readable(logdir)}
+    _count_leftovers(result, index)
     if not marker.exists():
         result["detail"] = (f"stage {stage} of save {save}: the run never got there "
                             f"(exit {code}, {seconds:.0f} s)")
@@ -317,19 +385,28 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds the choice of faults and their timing "
                              "(default: %(default)s)")
-    parser.add_argument("--faults", nargs="+", default=list(FAULT_KINDS),
-                        choices=list(FAULT_KINDS), metavar="FAULT",
+    parser.add_argument("--backend", choices=list(BACKENDS), default="processes",
+                        help="where the environments run: ParallelBatchEnv worker processes, "
+                             "or Ray actors on a local Ray (env_backend: ray) "
+                             "(default: %(default)s)")
+    parser.add_argument("--faults", nargs="+", default=None,
+                        choices=list(FAULT_KINDS + RESTART_FAULTS), metavar="FAULT",
                         help=f"the fault kinds to draw from (default: all: "
-                             f"{' '.join(FAULT_KINDS)})")
+                             f"{' '.join(FAULT_KINDS)}, and with --backend ray "
+                             f"{' '.join(RESTART_FAULTS)})")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
+    if args.faults is None:
+        args.faults = list(FAULT_KINDS + (RESTART_FAULTS if args.backend == "ray" else ()))
+    if args.backend != "ray" and set(args.faults) & set(RESTART_FAULTS):
+        parser.error(f"{', '.join(RESTART_FAULTS)} needs --backend ray")
     rng = random.Random(args.seed)
     results = []
     with tempfile.TemporaryDirectory(prefix="batchrl-faults-") as workdir:
         for index in range(args.trials):
             kind = args.faults[index % len(args.faults)] if index < len(args.faults) \
                 else rng.choice(args.faults)
-            results.append(trial(index, kind, rng, workdir))
+            results.append(trial(index, kind, rng, workdir, args.backend))
             print(f"trial {index:2d} {kind:12s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
                   f"{results[-1]['detail']}", flush=True)
     text, totals = report(results)

@@ -1,5 +1,6 @@
 """The throughput benchmark's report: ratios against baselines, the goals, the JSON file
-and the Markdown report (which keeps the section of scripts/time_breakdown.py)."""
+and the Markdown report (which keeps the sections of scripts/time_breakdown.py and
+scripts/ray_benchmark.py)."""
 
 import dataclasses
 import datetime
@@ -327,12 +328,17 @@ def _learning_markdown(runs):
 
 def write_markdown(report, path):
     """Writes `markdown(report)` to `path` (parent directories are created), keeping the
-    section that scripts/time_breakdown.py wrote there, if any."""
+    sections that scripts/time_breakdown.py and scripts/ray_benchmark.py wrote there, if
+    any."""
+    import ray_benchmark
     import time_breakdown
 
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = time_breakdown.read_section(path)
+    kept_ray = ray_benchmark.read_section(path, "performance")
     path.write_text(markdown(report))
     if kept:
         time_breakdown.write_section(path, kept)
+    if kept_ray:
+        ray_benchmark.write_section(path, kept_ray, "performance")

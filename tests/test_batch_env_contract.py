@@ -1,5 +1,6 @@
 """The batch-environment contract (DESIGN.md, Environments) on every backend: `BatchEnv`
-in-process, `ParallelBatchEnv` workers and EnvPool, each on the same Gymnasium tasks."""
+in-process, `ParallelBatchEnv` workers, EnvPool and Ray actors (on the two-node cluster of
+the `ray_cluster` fixture), each on the same Gymnasium tasks."""
 
 import functools
 
@@ -11,8 +12,9 @@ from batchrl import configs, environments
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.envpool_env import EnvPoolBatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv
+from batchrl.tools.ray_env import RayBatchEnv
 
-BACKENDS = ["batch_env", "parallel_batch_env", "envpool"]
+BACKENDS = ["batch_env", "parallel_batch_env", "envpool", "ray"]
 
 
 def make_batch(backend, task, num_envs, max_episode_steps=None):
@@ -23,11 +25,15 @@ def make_batch(backend, task, num_envs, max_episode_steps=None):
     constructor = functools.partial(environments.create, task, max_episode_steps)
     if backend == "parallel_batch_env":
         return ParallelBatchEnv(constructor, num_envs, num_workers=2, name=task)
+    if backend == "ray":
+        return RayBatchEnv(constructor, num_envs, num_workers=2, name=task)
     return BatchEnv([constructor() for _ in range(num_envs)], blocking=True)
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
     return request.param
 
 

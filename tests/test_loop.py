@@ -150,3 +150,12 @@ def test_a_call_of_zero_steps_traces_and_changes_nothing(tmp_path):
     assert [s for s, _ in _scalars(tmp_path / "eval", "time/tracing_seconds")] == [40]
     training = _scalars(tmp_path / "eval", "time/training_seconds")
     assert training[0][1] > loop.tracing_seconds
+
+
+def test_episodes_cut_short_count_nowhere_but_end_the_running_length():
+    running = np.array([3, 5, 2])
+    scores, lengths = [], []
+    done = np.array([True, True, False])
+    Loop._collect(done, np.array([-1.0, np.nan, -2.0]), running, scores, lengths)
+    assert scores == [-1.0] and lengths == [4]
+    assert running.tolist() == [0, 0, 3]

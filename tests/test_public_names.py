@@ -32,12 +32,14 @@ def test_exported_names_stay_what_they_are(prelude):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_importing_the_package_does_not_import_tensorflow():
-    code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers; "
-            "from batchrl.tools import nested, nested_tasks, wrappers; "
+def test_importing_the_package_does_not_import_tensorflow_or_ray():
+    code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers, "
+            "batchrl.environments; "
+            "from batchrl.tools import nested, nested_tasks, wrappers, ray_env; "
             "from batchrl import configs; "
             "configs.load('pendulum_trpo'); "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; "
+            "assert 'ray' not in sys.modules, 'ray was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -305,3 +305,55 @@ def test_act_and_observe_call_the_algorithm_as_simulate_does():
     assert [d for d, _ in app_results][:4] == [
         [True, False, False, False], [True, True, False, False],
         [True, False, True, False], [True, True, False, True]]
+
+
+class InterruptingBatchEnv(RecordingBatchEnv):
+    """Reports the episodes of the agents `cuts[k]` cut short at its k-th step (counting from
+    1), as a batch that restarted their worker does: reward 0, truncated, `interrupted`."""
+
+    def __init__(self, envs, events, cuts):
+        super().__init__(envs, events)
+        self._cuts = cuts
+        self._steps = 0
+        self._interrupted = np.zeros(len(envs), bool)
+
+    @property
+    def interrupted(self):
+        return self._interrupted.copy()
+
+    def step(self, actions):
+        observ, reward, terminated, truncated, infos = super().step(actions)
+        self._steps += 1
+        self._interrupted = np.isin(np.arange(len(observ)), self._cuts.get(self._steps, []))
+        reward = np.where(self._interrupted, 0.0, reward).astype(np.float32)
+        return observ, reward, terminated, truncated | self._interrupted, infos
+
+
+def test_episodes_cut_short_are_begun_anew_and_counted_nowhere(tmp_path):
+    events = []
+    envs = [MockEnvironment((2,), (1,), 3, 3) for _ in range(3)]
+    batch_env = InGraphBatchEnv(InterruptingBatchEnv(envs, events, {2: [1]}))
+    algo = RecordingAlgorithm(batch_env, events)
+    writer = tf.summary.create_file_writer(str(tmp_path))
+
+    @tf.function
+    def step():
+        with writer.as_default(step=0):
+            return simulate(batch_env, algo, True, False)
+
+    results = [step() for _ in range(4)]
+    writer.flush()
+    dones = [done.numpy().tolist() for done, _ in results]
+    assert dones == [[False] * 3, [False, True, False], [True, False, True], [False] * 3]
+    scores = results[1][1].numpy()
+    assert np.isnan(scores[1]) and np.isfinite(scores[[0, 2]]).all()
+    assert batch_env.interrupted.numpy().tolist() == [False] * 3
+    calls = [event for event in events if event[0] != "perform"]
+    assert calls[:5] == [("reset", (0, 1, 2)), ("begin", (0, 1, 2)), ("step",),
+                         ("experience", (0, 1, 2)), ("step",)]
+    # At the cut, agent 1 gives no experience and ends no episode; the next step begins a
+    # new one for it (its environment reset); agents 0 and 2 end theirs at the third step.
+    assert calls[5:11] == [("experience", (0, 2)), ("reset", (1,)), ("begin", (1,)),
+                           ("step",), ("experience", (0, 1, 2)), ("end", (0, 2))]
+    # Only the two whole episodes are in the summary.
+    assert [s.value for s in read_scalars(str(tmp_path), "mean_length")] == [3.0]

@@ -3,7 +3,9 @@
 The run directory receives the resolved `config.yaml`, checkpoints, and TensorBoard event
 files in `train/` and `eval/`. Running the same command again resumes from the latest
 checkpoint. Ctrl-C (SIGINT) or SIGTERM stops training after the current step, saves a
-checkpoint and exits with 128 + the signal number (a second Ctrl-C stops at once).
+checkpoint and exits with 128 + the signal number (a second Ctrl-C stops at once). With
+`env_backend: ray`, a local Ray that the run started is stopped when it exits, however it
+exits; a cluster it joined (`ray_address`) is left running.
 """
 
 import argparse
@@ -124,6 +126,8 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
 
     Raises:
+      ConfigError: a mistake in the config found when the environments are created (e.g.
+        an unreachable `ray_address`); nothing was written.
       batchrl.tools.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
         `stop`); a checkpoint of the current step was written first.
       batchrl.tools.loop.EnvironmentFailed: an environment raised, in its constructor,
@@ -140,10 +144,16 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     set_inter_op_threads(inter_op_threads(config))
     try:
         batch_env = environments.create_batch(config)
+    except configs.ConfigError:  # E.g. an unreachable ray_address.
+        raise
     except Exception as error:  # The environments' own code (constructor, first reset).
         raise EnvironmentFailed(
             f"before the first step: cannot create the environments: "
             f"{type(error).__name__}: {error}") from error
+    nodes = getattr(batch_env, "worker_nodes", None)
+    if nodes:
+        print(f"Environments: {len(nodes)} Ray actors on {len(set(nodes))} node(s).",
+              flush=True)
     eager = tf.config.functions_run_eagerly()
     try:
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
@@ -199,8 +209,10 @@ def main(argv=None):
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
         from batchrl import build as build_lib  # Imports TensorFlow.
+        from batchrl import environments
 
         build_lib.check(config)
+        environments.check_backend(config)
         check_resume(args.logdir, config)
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -55,7 +55,11 @@ class InGraphBatchEnv:
     - `done`: bool `[B]`, the latest step ended the episode (terminated or truncated).
       It starts as all True, so the first `simulate` call begins an episode for every agent;
     - `terminated`: bool `[B]`, the latest step ended the episode in a terminal state (the
-      value of the next state is zero); `done & ~terminated` means truncated (time limit).
+      value of the next state is zero); `done & ~terminated` means truncated (time limit);
+    - `interrupted`: bool `[B]`, the latest step cut the episode short because the batch
+      restarted the worker of that environment (then `done` is True too); the variable
+      exists only when the batch environment reports this (its attribute `interrupted` is
+      not None, as for a `RayBatchEnv` with restarts), else the property is None.
 
     The Python environments are called through `tf.numpy_function`; constructing one
     makes such calls cheaper for the whole process
@@ -80,6 +84,11 @@ class InGraphBatchEnv:
         self._observ, self._action = variables.observ, variables.action
         self._reward, self._done = variables.reward, variables.done
         self._terminated = variables.terminated
+        self._interrupted = None
+        if getattr(batch_env, "interrupted", None) is not None:
+            with tf.name_scope("environment"):
+                self._interrupted = tf.Variable(tf.zeros([batch], tf.bool), trainable=False,
+                                                name="interrupted")
         # What `BatchEnv.step` returns: observation, reward, terminated, truncated.
         self._step_shapes = ((batch,) + self._observ_shape, (batch,), (batch,), (batch,))
 
@@ -114,6 +123,10 @@ class InGraphBatchEnv:
     def terminated(self):
         return self._terminated
 
+    @property
+    def interrupted(self):
+        return self._interrupted
+
     def simulate(self, action):
         """Steps every environment once and stores the results in the variables.
 
@@ -138,8 +151,8 @@ class InGraphBatchEnv:
         # at run time.
         batch = len(self)
         observ.set_shape((batch,) + self._observ_shape)
-        scalars.set_shape([batch, 3])
-        reward, terminated, done = tf.unstack(scalars, axis=1)
+        scalars.set_shape([batch, 3 if self._interrupted is None else 4])
+        reward, terminated, done, *interrupted = tf.unstack(scalars, axis=1)
         done = tf.cast(done, tf.bool)
         terminated = tf.cast(terminated, tf.bool)
         assigns = [
@@ -149,13 +162,16 @@ class InGraphBatchEnv:
             self._done.assign(done),
             self._terminated.assign(terminated),
         ]
+        if interrupted:
+            assigns.append(self._interrupted.assign(tf.cast(interrupted[0], tf.bool)))
         with tf.control_dependencies(assigns):
             return tf.identity(done)
 
     def reset(self, indices=None):
         """Resets the environments at the given batch indices.
 
-        Their `reward` becomes 0 and their `done` and `terminated` flags False.
+        Their `reward` becomes 0 and their `done`, `terminated` (and `interrupted`) flags
+        False.
 
         Args:
           indices: int32 tensor `[n]` of batch indices, or None for all.
@@ -176,6 +192,9 @@ class InGraphBatchEnv:
             self._done.scatter_nd_update(indices[:, None], tf.zeros([count], tf.bool)),
             self._terminated.scatter_nd_update(indices[:, None], tf.zeros([count], tf.bool)),
         ]
+        if self._interrupted is not None:
+            assigns.append(self._interrupted.scatter_nd_update(
+                indices[:, None], tf.zeros([count], tf.bool)))
         with tf.control_dependencies(assigns):
             return tf.identity(observ)
 
@@ -192,7 +211,8 @@ class InGraphBatchEnv:
     def _step(self, action):
         """Steps the batch; returns the observation float32 `[B, *observation_shape]` and
         float32 `[B, 3]` holding the reward, terminated and done (terminated or truncated)
-        columns, the flags 0 or 1.
+        columns, the flags 0 or 1 (`[B, 4]` with the batch's `interrupted` flags as a fourth
+        column when they are tracked).
 
         Packing the reward and flags into one array saves work on every step: each output
         of a `tf.numpy_function` is converted to a tensor on its own, and bool outputs are
@@ -214,10 +234,13 @@ class InGraphBatchEnv:
                         f"the batch environment returned a {name} of shape {shape}, "
                         f"expected {expected}")
                     raise self._error
-        scalars = np.empty((len(observ), 3), np.float32)
+        scalars = np.empty((len(observ), 3 if self._interrupted is None else 4), np.float32)
         scalars[:, 0] = reward
         scalars[:, 1] = terminated
         scalars[:, 2] = np.logical_or(terminated, truncated)
+        if self._interrupted is not None:
+            scalars[:, 3] = self._batch_env.interrupted
+            np.maximum(scalars[:, 2], scalars[:, 3], out=scalars[:, 2])  # Cut short: done.
         return observ, scalars
 
     def _reset(self, indices):

@@ -268,6 +268,7 @@ class Loop:
                 steps += count * batch
                 for done, score in zip(dones, call_scores, strict=True):
                     running += 1
+                    # An episode cut short has a NaN score: the agent's next one counts.
                     new = done & np.isnan(first_score)
                     first_score[new] = score[new]
                     first_length[new] = running[new]
@@ -307,10 +308,12 @@ class Loop:
 
     @staticmethod
     def _collect(done, score, running, scores, lengths):
-        """Adds the episodes that ended at this step to `scores` and `lengths`."""
+        """Adds the episodes that ended at this step to `scores` and `lengths`; an episode cut
+        short (score NaN, see `simulate`) counts nowhere."""
         running += 1
-        scores.extend(score[done].tolist())
-        lengths.extend(running[done].tolist())
+        ended = done & ~np.isnan(score)
+        scores.extend(score[ended].tolist())
+        lengths.extend(running[ended].tolist())
         running[done] = 0
 
     @staticmethod

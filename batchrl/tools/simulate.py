@@ -98,7 +98,10 @@ def simulate(batch_env, algo, log, reset):
        `algo.experience(all_indices, observ, action, reward, done, nextob)`, where `nextob`
        is the observation after the step (the final one when the episode ended);
     4. calls `algo.end_episodes(indices)` for the agents whose episode ended at this step
-       and records their score and length;
+       and records their score and length; where `batch_env.interrupted` is not None,
+       agents whose episode the batch cut short (it restarted their environment's worker)
+       are left out of steps 3 and 4: their `done` is True, their score NaN, and their
+       episode counts nowhere;
     5. when `log` is true and episodes were recorded since the last summary, writes their
        means as the scalars `mean_score` and `mean_length` to the default summary writer
        and starts a new average.
@@ -117,7 +120,8 @@ def simulate(batch_env, algo, log, reset):
 
     Returns:
       `(done, score)`: bool `[batch]`, the episode ended at this step; float32 `[batch]`,
-      the undiscounted return of each agent's current episode so far.
+      the undiscounted return of each agent's current episode so far (NaN for an episode
+      cut short, see step 4).
     """
     state = episode_state(batch_env)
     if log is not False:
@@ -220,16 +224,36 @@ def _begin_flagged(batch_env, algo, state, prepared, reset_envs):
 
 def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
     """Steps 3 to 5 of `simulate`, once `done` (the stepped batch's flags) is available;
-    returns `(done, score)`."""
+    returns `(done, score)`.
+
+    Where the batch environment tracks `interrupted` (episodes it cut short by restarting a
+    worker), those agents are left out of `experience` and `end_episodes` and their episodes
+    are not recorded; they are `done`, so the next step begins new episodes for them, and
+    their score is NaN."""
     all_indices = tf.range(len(batch_env))
+    interrupted = getattr(batch_env, "interrupted", None)
     with tf.control_dependencies([done, nextob]):
         reward = tf.identity(batch_env.reward)
         add_score = state.score.assign_add(reward)
         add_length = state.length.assign_add(tf.ones_like(all_indices))
-        experienced = algo.experience(all_indices, observ, action, reward, done, nextob)
+        if interrupted is None:
+            ended_mask = done
+            experienced = algo.experience(all_indices, observ, action, reward, done, nextob)
+        else:
+            cut = tf.identity(interrupted)
+            ended_mask = tf.logical_and(done, tf.logical_not(cut))
+
+            def experience(indices):
+                values = [tf.gather(x, indices) for x in (observ, action, reward, done, nextob)]
+                return _after(_dependencies(algo.experience(indices, *values)), True)
+
+            experienced = tf.cond(
+                tf.reduce_any(cut), lambda: experience(_indices(tf.logical_not(cut))),
+                lambda: _after(_dependencies(algo.experience(
+                    all_indices, observ, action, reward, done, nextob)), True))
 
     def end_episodes():
-        end_indices = _indices(done)
+        end_indices = _indices(ended_mask)
         recorded = [
             state.mean_score.submit(tf.gather(state.score, end_indices)),
             state.mean_length.submit(
@@ -239,12 +263,15 @@ def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
         return _after(recorded + _dependencies(ended), True)
 
     any_end = _after([add_score, add_length] + _dependencies(experienced),
-                     tf.reduce_any(done))
+                     tf.reduce_any(ended_mask))
     ended = tf.cond(any_end, end_episodes, lambda: tf.constant(False))
 
     logged = ended if log is False else _write_summaries(state, log, ended)
     with tf.control_dependencies([logged]):
-        return tf.identity(done), tf.identity(state.score)
+        score = tf.identity(state.score)
+        if interrupted is not None:
+            score = tf.where(cut, tf.constant(float("nan")), score)
+        return tf.identity(done), score
 
 
 def simulate_steps(batch_env, algo, steps, log, reset, count=None):

@@ -1,0 +1,214 @@
+"""The Ray backend (`env_backend: ray`) on a two-node Ray cluster of this machine: actors on
+both nodes, faults named like `ParallelBatchEnv`'s, restarts, training runs with an actor
+killed mid-run, and a local Ray that `train` starts and stops."""
+
+import functools
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from batchrl import configs, environments
+from batchrl.scripts import train
+from batchrl.tools import ray_env
+from batchrl.tools.loop import EnvironmentFailed
+from batchrl.tools.parallel_batch_env import ParallelBatchEnv
+from batchrl.tools.wrappers import WorkerError
+
+pytest.importorskip("ray")  # The extra batchrl[ray].
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # The cluster's processes have it on PYTHONPATH.
+PENDULUM = functools.partial(environments.create, "Pendulum-v1", None)
+FAULTY = "fault_envs:FaultyPendulum"  # scripts/fault_envs.py, on the cluster's PYTHONPATH.
+
+
+def faulty(fault, after):
+    return functools.partial(environments.create, FAULTY, None,
+                             kwargs={"fault": fault, "after": after})
+
+
+def wait_gone(pids):
+    """Waits (up to a minute) until none of `pids` exists; returns those still there."""
+    deadline = time.monotonic() + 60
+    while True:
+        alive = [pid for pid in pids if _exists(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def _exists(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # A zombie has exited.
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_actors_on_both_nodes_step_like_parallel_batch_env(ray_cluster):
+    actions = np.random.default_rng(0).uniform(-1, 1, (5, 4, 1))
+    with ray_env.RayBatchEnv(PENDULUM, 4, num_workers=2, name="Pendulum-v1") as batch_env, \
+            ParallelBatchEnv(PENDULUM, 4, num_workers=2) as reference:
+        assert len(set(batch_env.worker_nodes)) == 2  # One actor on each node.
+        assert batch_env.groups == (range(0, 2), range(2, 4))
+        assert batch_env.interrupted is None  # No restarts: nothing is ever cut short.
+        np.testing.assert_array_equal(batch_env.reset(seed=5)[0], reference.reset(seed=5)[0])
+        for action in actions:
+            for got, expected in zip(batch_env.step(action)[:4], reference.step(action)[:4],
+                                     strict=True):
+                np.testing.assert_array_equal(got, expected)
+        pids = batch_env.worker_pids
+    assert wait_gone(pids) == []
+
+
+def test_environment_exception_names_the_env_and_closes_the_batch(ray_cluster):
+    batch_env = ray_env.RayBatchEnv(faulty("raise", 2), 4, num_workers=2, restarts=1)
+    pids = batch_env.worker_pids
+    batch_env.reset(seed=0)
+    batch_env.step(np.zeros((4, 1)))
+    with pytest.raises(WorkerError, match=r"(?s)^env 0 \(Pendulum-v1\): step\(\) raised in the "
+                                          r"Ray actor \(pid \d+ on node [\d.]+\):\n.*"
+                                          r"injected fault after 2 steps"):
+        batch_env.step(np.zeros((4, 1)))
+    assert wait_gone(pids) == []  # An environment's error is not restarted.
+    with pytest.raises(WorkerError, match="the batch was closed after an error: env 0"):
+        batch_env.step(np.zeros((4, 1)))
+    batch_env.close()
+
+
+def test_killed_actor_is_named_and_restarted_while_restarts_last(ray_cluster, caplog):
+    batch_env = ray_env.RayBatchEnv(PENDULUM, 4, num_workers=2, restarts=1)
+    batch_env.reset(seed=3)
+    batch_env.step(np.zeros((4, 1)))
+    os.kill(batch_env.worker_pids[1], signal.SIGKILL)
+    with caplog.at_level(logging.WARNING, logger="batchrl.tools.ray_env"):
+        observ, reward, terminated, truncated, _ = batch_env.step(np.zeros((4, 1)))
+    assert "envs 2-3 (Pendulum-v1): the Ray actor" in caplog.text
+    assert "restart 1 of 1" in caplog.text
+    assert batch_env.restarts == (0, 1)
+    np.testing.assert_array_equal(batch_env.interrupted, [False, False, True, True])
+    np.testing.assert_array_equal(truncated, [False, False, True, True])
+    assert not terminated.any() and (reward[2:] == 0).all() and (reward[:2] != 0).all()
+    # Envs 2 and 3 begin new episodes from seed 3 + index + 4 (the batch's first restart).
+    for index in (2, 3):
+        fresh, _ = gym.make("Pendulum-v1").reset(seed=3 + index + 4)
+        np.testing.assert_allclose(observ[index], fresh)
+    batch_env.step(np.zeros((4, 1)))
+    assert not batch_env.interrupted.any()
+    pid = batch_env.worker_pids[1]
+    pids = batch_env.worker_pids
+    os.kill(pid, signal.SIGKILL)  # No restart left.
+    with pytest.raises(WorkerError, match=rf"^envs 2-3 \(Pendulum-v1\): the Ray actor \(pid "
+                                          rf"{pid} on node [\d.]+\) died: its worker process "
+                                          rf"exited"):
+        batch_env.step(np.zeros((4, 1)))
+    assert wait_gone(pids) == []
+    batch_env.close()
+
+
+def test_hung_actor_is_killed_after_the_timeout(ray_cluster):
+    batch_env = ray_env.RayBatchEnv(faulty("hang", 1), 2, num_workers=2, timeout=2.0)
+    pids = batch_env.worker_pids
+    batch_env.reset(seed=0)
+    with pytest.raises(WorkerError, match=r"^env 0 \(Pendulum-v1\): the Ray actor \(pid \d+ "
+                                          r"on node [\d.]+\) did not answer within 2 s and "
+                                          r"was killed"):
+        batch_env.step(np.zeros((2, 1)))
+    assert wait_gone(pids) == []
+
+
+def _config(tmp_path, **overrides):
+    settings = {"env": FAULTY, "env_backend": "ray", "env_processes": True, "num_agents": 4,
+                "num_workers": 2,
+                "steps": 1600, "eval_every": 800, "log_every": 400, "eval_episodes": 4,
+                "update_every": 4, "update_epochs": 2, "worker_timeout": 30.0, "max_length": 200,
+                "env_kwargs": {"fault": "kill", "after": 150,
+                               "once": str(tmp_path / "killed")}}
+    return configs.load("pendulum", {**settings, **overrides})
+
+
+def test_training_goes_on_after_a_killed_actor_is_restarted(ray_cluster, tmp_path, caplog):
+    config = _config(tmp_path, worker_restarts=1)
+    with caplog.at_level(logging.WARNING, logger="batchrl.tools.ray_env"):
+        _, results = train.train(config, tmp_path / "run", progress=False)
+    assert (tmp_path / "killed").exists()  # The fault happened.
+    assert caplog.text.count("restarted it as a new Ray actor") == 1
+    assert [result.name for result in results] == ["train", "eval", "train", "eval"]
+    scores = [score for result in results for score in result.scores]
+    assert scores and np.isfinite(scores).all()
+    assert (tmp_path / "run" / "ckpt-1600.index").exists()
+
+
+def test_killed_actor_without_restarts_ends_training_with_the_error(ray_cluster, tmp_path):
+    config = _config(tmp_path, worker_restarts=0)
+    with pytest.raises(EnvironmentFailed, match=r"^at step [\d,]+: envs [02]-[13] "
+                                                r"\(fault_envs:FaultyPendulum\): the Ray actor "
+                                                r"\(pid \d+ on node [\d.]+\) died"):
+        train.train(config, tmp_path / "run", progress=False)
+
+
+def test_backend_keys_that_contradict_are_one_line_errors():
+    for overrides, message in [
+            ({"env_backend": "ray", "env_processes": False},
+             "'env_backend' (ray) and 'env_processes' (false) contradict each other"),
+            ({"env_backend": "ray", "env_processes": True, "env": "envpool:Pendulum-v1"},
+             "is an EnvPool task or an in-graph environment"),
+            ({"worker_restarts": 1}, "'worker_restarts' (1) applies only to env_backend: ray"),
+            ({"ray_address": "auto"}, "'ray_address' ('auto') applies only to env_backend")]:
+        config = configs.load("pendulum", overrides)
+        with pytest.raises(configs.ConfigError, match=message.replace("(", r"\(").replace(
+                ")", r"\)")):
+            environments.check_backend(config)
+
+
+def _leftovers(marker):
+    needle = f"BATCHRL_RAY_TEST={marker}".encode()
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_train_stops_the_local_ray_it_started_on_sigterm_and_unreachable_is_one_line(
+        tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", BATCHRL_RAY_TEST=str(os.getpid()))
+    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum",
+               "--set", "env_backend=ray", "--set", "env_processes=true", "--set",
+               "num_agents=4", "--set", "num_workers=2",
+               "--set", "eval_every=1000", "--set", "eval_episodes=2", "--set",
+               "update_every=4", "--set", "update_epochs=2", "--no-progress"]
+    result = subprocess.run([*command, f"--logdir={tmp_path / 'unreachable'}", "--set",
+                             "ray_address=127.0.0.1:1"], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: config key 'ray_address' ('127.0.0.1:1'): cannot join the Ray cluster at "
+        "'127.0.0.1:1': nothing answers there (Connection refused)")
+    assert not (tmp_path / "unreachable").exists()  # Nothing written.
+    process = subprocess.Popen([*command, f"--logdir={tmp_path / 'run'}"], env=env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # Wait until training runs (after an eval).
+        if line.startswith("step"):
+            break
+    assert len(_leftovers(os.getpid())) > 3  # The trainer and Ray's processes.
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "Stopped at step" in stderr
+    assert wait_gone(_leftovers(os.getpid())) == []
