@@ -86,8 +86,10 @@ class RayBatchEnv:
       num_workers: the number of actors `W`, a positive int; None for one per
         `worker_cpus` CPUs of the cluster. At most `num_envs` are started.
       worker_cpus: CPUs Ray reserves for each actor (float > 0).
-      timeout: seconds to wait for any answer of an actor (building its environments, one
-        step or reset of its group, a restart) before it counts as hung.
+      timeout: seconds to wait for any answer of an actor (one step or reset of its
+        group) before it counts as hung; starting an actor and building its environments
+        (at the start or in a restart) may take at least `ray_connection.START_SECONDS`
+        (a new Ray worker process imports Gymnasium, which takes seconds on a busy host).
       restarts: how many times each actor may be restarted after it died or hung (int >= 0).
       address: None, "auto" or "HOST:PORT" (see above); ignored when this process is
         already connected to Ray.
@@ -116,6 +118,7 @@ class RayBatchEnv:
         self._num_envs = int(num_envs)
         self._worker_cpus = float(worker_cpus)
         self._timeout = float(timeout)
+        self._start_timeout = max(self._timeout, ray_connection.START_SECONDS)
         self._max_restarts = restarts
         self._named = name is not None
         self._label = name if name is not None else _describe(constructor)
@@ -341,7 +344,7 @@ class RayBatchEnv:
         self._remote = ray.remote(_EnvGroup)
         self._actors.extend(self._new_actor(k) for k in range(num_workers))
         replies, restarted = self._call({k: ("build", ()) for k in range(num_workers)},
-                                        restart=False)
+                                        restart=False, timeout=self._start_timeout)
         assert not restarted
         described = []
         for k in range(num_workers):
@@ -379,8 +382,9 @@ class RayBatchEnv:
 
     # Calls and faults.
 
-    def _call(self, calls, restart=True):
-        """Makes one call per actor (`{k: (method, args)}`) and waits for all answers.
+    def _call(self, calls, restart=True, timeout=None):
+        """Makes one call per actor (`{k: (method, args)}`) and waits for all answers, up to
+        `timeout` seconds (default: the batch's `timeout`).
 
         Returns `(results, restarted)`: `{k: result}`, and the actors restarted in place of
         ones that died or hung (their result is the observation of all their environments
@@ -391,13 +395,14 @@ class RayBatchEnv:
         try:
             refs = {k: getattr(self._actors[k], method).remote(*args)
                     for k, (method, args) in calls.items()}
-            deadline = time.monotonic() + self._timeout
+            timeout = self._timeout if timeout is None else timeout
+            deadline = time.monotonic() + timeout
             try:
-                values = ray.get(list(refs.values()), timeout=self._timeout)
+                values = ray.get(list(refs.values()), timeout=timeout)
                 results = dict(zip(refs, values, strict=True))
                 failures = {}
             except ray.exceptions.RayError:  # Which actors failed, and how.
-                results, failures = self._sort_out(refs, deadline)
+                results, failures = self._sort_out(refs, deadline, timeout)
             final = [k for k, (_, restartable) in sorted(failures.items())
                      if not (restart and restartable and self._restarts[k] < self._max_restarts)]
             if final:
@@ -411,7 +416,7 @@ class RayBatchEnv:
             self._fail(error)
         return results, sorted(failures)
 
-    def _sort_out(self, refs, deadline):
+    def _sort_out(self, refs, deadline, timeout):
         """After a failed `ray.get`: `(results, failures)`, failures mapping each actor that
         failed to `(error message, whether a restart may replace it)`: actors that died or
         did not answer by `deadline` (killed then) may be replaced, a Ray error of the call
@@ -427,7 +432,7 @@ class RayBatchEnv:
                 with contextlib.suppress(Exception):
                     ray.kill(self._actors[k], no_restart=True)
                 failures[k] = (f"{self._names[k]}: {where} did not answer within "
-                               f"{self._timeout:g} s and was killed", True)
+                               f"{timeout:g} s and was killed", True)
                 continue
             try:
                 results[k] = ray.get(ref)
@@ -449,7 +454,7 @@ class RayBatchEnv:
         first, count = self._groups[k]
         seed = None if self._seed is None else self._seed + self._num_envs * self._restarted
         try:
-            info = ray.get(self._actors[k].build.remote(), timeout=self._timeout)
+            info = ray.get(self._actors[k].build.remote(), timeout=self._start_timeout)
             if isinstance(info, _Problem):
                 raise self._problem_error([info])
             self._check_spaces(info["envs"], first)
