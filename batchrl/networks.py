@@ -39,6 +39,15 @@ from batchrl.tools import nested
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
 
+def _tracked(owner, prefix, layers):
+    """Returns `layers` as a tuple after setting each as the attribute `_{prefix}{i}` of
+    `owner`: Keras 3 layers do not expose the layers of a list attribute to
+    `tf.train.Checkpoint`, so a checkpoint of the model alone would leave them out."""
+    for index, layer in enumerate(layers):
+        setattr(owner, f"_{prefix}{index}", layer)
+    return tuple(layers)
+
+
 class _MLP(keras.layers.Layer):
     """Dense layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`.
 
@@ -54,14 +63,14 @@ class _MLP(keras.layers.Layer):
         super().__init__(name=name)
         initializer = (keras.initializers.Orthogonal(gain=math.sqrt(2)) if orthogonal
                        else "glorot_uniform")
-        self._layers = [keras.layers.Dense(size, activation=activation,
-                                           kernel_initializer=initializer)
-                        for size in units]
+        self._dense = _tracked(self, "dense", [
+            keras.layers.Dense(size, activation=activation, kernel_initializer=initializer)
+            for size in units])
 
     def call(self, observ):
         observ = tf.convert_to_tensor(observ, tf.float32)
         hidden = tf.reshape(observ, tf.concat([tf.shape(observ)[:2], [-1]], 0))
-        for layer in self._layers:
+        for layer in self._dense:
             hidden = layer(hidden)
         return hidden
 
@@ -239,7 +248,7 @@ class CompositePolicy(keras.Model):
                 layers.append(_CategoricalHead(argument, init_mean_factor, name=name))
             else:
                 layers.append(_BernoulliHead(argument, init_mean_factor, name=name))
-        self._heads = layers
+        self._heads = _tracked(self, "head", layers)
 
     def call(self, observ, state):
         hidden = self._hidden(observ)

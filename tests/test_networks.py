@@ -76,3 +76,26 @@ def test_composite_network_has_one_head_per_action_leaf():
         _networks("feed_forward_composite", gym.spaces.Discrete(3))
     with pytest.raises(ValueError, match="use feed_forward_composite"):
         _networks("feed_forward_gaussian", action_space)
+
+
+@pytest.mark.parametrize("name, space", [
+    ("feed_forward_gaussian", gym.spaces.Box(-1.0, 1.0, (2,), np.float32)),
+    ("recurrent_gaussian", gym.spaces.Box(-1.0, 1.0, (2,), np.float32)),
+    ("feed_forward_categorical", gym.spaces.Discrete(3)),
+    ("feed_forward_composite", "nested")])
+def test_a_checkpoint_of_the_networks_alone_restores_every_weight(name, space, tmp_path):
+    if space == "nested":  # Several heads: a list of layers, like the hidden layers.
+        from batchrl.tools.nested import FlatActionSpace
+        space = FlatActionSpace(gym.spaces.Tuple((gym.spaces.Discrete(3),
+                                                  gym.spaces.Box(-1, 1, (2,), np.float32))))
+    saved = _networks(name, space)
+    path = tf.train.Checkpoint(policy=saved.policy, value=saved.value).save(tmp_path / "ckpt")
+    restored = _networks(name, space)
+    status = tf.train.Checkpoint(policy=restored.policy, value=restored.value).restore(path)
+    status.assert_consumed()
+    for model in ("policy", "value"):
+        before = getattr(saved, model).weights
+        after = getattr(restored, model).weights
+        assert len(after) == len(before) >= 3
+        for old, new in zip(before, after, strict=True):
+            np.testing.assert_array_equal(new.numpy(), old.numpy(), err_msg=new.path)

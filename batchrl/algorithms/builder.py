@@ -52,13 +52,9 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
     @property
     def checkpoint_state(self):
         """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
-        optimizers (their state, e.g. Adam's moments) and the networks' variables by list:
-        the Keras models do not reach the variables of their hidden layers for a checkpoint
-        (PPO's Keras optimizers do, but a natural gradient holds none)."""
+        optimizers (their state, e.g. Adam's moments)."""
         return dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
-                    value_optimizer=self._value_optimizer,
-                    policy_variables=list(self._networks.policy.variables),
-                    value_variables=list(self._networks.value.variables))
+                    value_optimizer=self._value_optimizer)
 
     def _train(self):
         """The update and its summaries (scalars, and a histogram of the advantages when
