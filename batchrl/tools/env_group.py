@@ -126,21 +126,10 @@ class EnvGroup:
                 mapping.close()
 
     def _build(self):
-        first = self._first
-        for j in range(self._count):
-            try:
-                self._envs.append(self._constructor())
-            except Exception:
-                return (RAISED, first + j, self._pid, "the constructor", traceback.format_exc())
-        described = []
-        for j, env in enumerate(self._envs):
-            try:
-                spec = getattr(env, "spec", None)
-                env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
-                described.append((env.observation_space, env.action_space, env_id))
-            except Exception:
-                return (RAISED, first + j, self._pid, "reading the spaces",
-                        traceback.format_exc())
+        described, failure = build_group(self._constructor, self._count, self._envs)
+        if failure:
+            j, what, text = failure
+            return (RAISED, self._first + j, self._pid, what, text)
         return {"pid": self._pid, "envs": described}
 
     def _attach(self, segment_name, size, layout, command_fifo, reply_fifo):
@@ -220,6 +209,34 @@ class EnvGroup:
                 if problem is None or problem[0] != RAISED:
                     problem = (RAISED, first + j, self._pid, "reset()", traceback.format_exc())
         return problem
+
+
+def build_group(constructor, count, envs):
+    """Builds a group's environments and describes them; shared by the hosts of groups.
+
+    Appends the environments `constructor()` returns to the list `envs` as they are made (so
+    that the caller can close those made before a failure).
+
+    Returns:
+      `(described, None)`, `described` a list of `(observation_space, action_space, env_id)`
+      per environment (the id of its Gymnasium spec, else its class name); or `(None,
+      (j, what, traceback_text))` when environment `j` of the group (0-based) raised in
+      `what`: "the constructor" or "reading the spaces".
+    """
+    for j in range(count):
+        try:
+            envs.append(constructor())
+        except Exception:
+            return None, (j, "the constructor", traceback.format_exc())
+    described = []
+    for j, env in enumerate(envs):
+        try:
+            spec = getattr(env, "spec", None)
+            env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
+            described.append((env.observation_space, env.action_space, env_id))
+        except Exception:
+            return None, (j, "reading the spaces", traceback.format_exc())
+    return described, None
 
 
 def layout(num_envs, observ_shape, action_shape, action_dtype):

@@ -1,25 +1,23 @@
 """A batch of environments hosted by Ray actors, on this machine or across a Ray cluster.
 
 Free of TensorFlow, and Ray is imported only when a `RayBatchEnv` is built (Ray is the
-optional extra `batchrl[ray]`): the actors import this module.
+optional extra `batchrl[ray]`).
 
-Each actor (`_EnvGroup`) hosts a contiguous group of the batch's environments, as a
-`ParallelBatchEnv` worker does, and answers three calls: `build` (construct the environments,
-describe their spaces), `step(actions)` (step each environment of the group once; the
-result is four NumPy arrays, or a problem tuple naming the environment that raised) and
-`reset(local_indices, seed)`. A batch step submits one `step` call per actor and waits for
-all of them with one `ray.get`. Ray serializes NumPy arrays out of band (pickle protocol 5):
-the arrays an actor returns arrive as read-only views of the reply's buffer, and the only
-copy in this process is the one that joins the groups into the batch's arrays.
+Each actor (`EnvGroup`, in `batchrl.tools.ray_env_group`, which the actors import) hosts a
+contiguous group of the batch's environments, as a `ParallelBatchEnv` worker does, and
+answers three calls: `build` (construct the environments, describe their spaces),
+`step(actions)` (step each environment of the group once; the result is four NumPy arrays,
+or a problem tuple naming the environment that raised) and `reset(local_indices, seed)`.
+A batch step submits one `step` call per actor and waits for all of them with one
+`ray.get`. Ray serializes NumPy arrays out of band (pickle protocol 5): the arrays an actor
+returns arrive as read-only views of the reply's buffer, and the only copy in this process
+is the one that joins the groups into the batch's arrays.
 """
 
-import collections
 import contextlib
 import logging
-import os
 import re
 import time
-import traceback
 import weakref
 
 import numpy as np
@@ -27,20 +25,12 @@ import numpy as np
 from batchrl.tools import ray_connection
 from batchrl.tools.parallel_batch_env import _describe, _fixed_shape
 from batchrl.tools.ray_connection import RayUnavailable
+from batchrl.tools.ray_env_group import RAISED, EnvGroup, Problem
 from batchrl.tools.wrappers import WorkerError
 
 __all__ = ["NotEnoughCPUs", "RayBatchEnv", "RayUnavailable"]
 
 _logger = logging.getLogger(__name__)
-
-# A problem an actor reports in place of a result: `_Problem(_RAISED, batch_index, where,
-# what, traceback)` for an exception of an environment, `_Problem(_BAD_SHAPE, batch_index,
-# where, shape, repr)` for an observation of the wrong shape; `where` is e.g. "pid 123 on
-# node 10.0.0.2".
-_Problem = collections.namedtuple("_Problem", "kind index where what text")
-_RAISED = "raised"
-_BAD_SHAPE = "bad shape"
-
 
 class NotEnoughCPUs(ValueError):
     """The actors ask for more CPUs than the Ray cluster has."""
@@ -341,7 +331,7 @@ class RayBatchEnv:
             + f" ({self._label})" for first, count in self._groups]
         self._restarts = [0] * num_workers
         self._info = [{"pid": None, "node": None, "where": "not started"}] * num_workers
-        self._remote = ray.remote(_EnvGroup)
+        self._remote = ray.remote(EnvGroup)
         self._actors.extend(self._new_actor(k) for k in range(num_workers))
         replies, restarted = self._call({k: ("build", ()) for k in range(num_workers)},
                                         restart=False, timeout=self._start_timeout)
@@ -407,7 +397,7 @@ class RayBatchEnv:
                      if not (restart and restartable and self._restarts[k] < self._max_restarts)]
             if final:
                 raise WorkerError(failures[final[0]][0])
-            problems = [value for value in results.values() if isinstance(value, _Problem)]
+            problems = [value for value in results.values() if isinstance(value, Problem)]
             if problems:
                 raise self._problem_error(problems)
             for k, (why, _) in sorted(failures.items()):
@@ -455,13 +445,13 @@ class RayBatchEnv:
         seed = None if self._seed is None else self._seed + self._num_envs * self._restarted
         try:
             info = ray.get(self._actors[k].build.remote(), timeout=self._start_timeout)
-            if isinstance(info, _Problem):
+            if isinstance(info, Problem):
                 raise self._problem_error([info])
             self._check_spaces(info["envs"], first)
             self._info[k] = info
             observ = ray.get(self._actors[k].reset.remote(list(range(count)), seed),
                              timeout=self._timeout)
-            if isinstance(observ, _Problem):
+            if isinstance(observ, Problem):
                 raise self._problem_error([observ])
         except ray.exceptions.RayError as error:
             raise WorkerError(f"{why}; restarting it failed: {type(error).__name__}: "
@@ -474,8 +464,8 @@ class RayBatchEnv:
     def _problem_error(self, problems):
         """The exception of the most important problem: an environment's exception first,
         then the lowest batch index."""
-        problem = min(problems, key=lambda problem: (problem.kind != _RAISED, problem.index))
-        if problem.kind == _RAISED:
+        problem = min(problems, key=lambda problem: (problem.kind != RAISED, problem.index))
+        if problem.kind == RAISED:
             return WorkerError(f"env {problem.index} ({self._label}): {problem.what} raised in "
                                f"the Ray actor ({problem.where}):\n{problem.text}")
         return ValueError(f"env {problem.index} returned an observation of shape "
@@ -526,92 +516,3 @@ def _reason(error):
         return f"its worker process exited ({kind.group(1)}: {detail.group(1)})"
     text = text.replace("The actor died unexpectedly before finishing this task. ", "")
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-class _EnvGroup:
-    """Actor side: the environments `first .. first + count - 1` of the batch.
-
-    Constructed by Ray in the actor's process; `build` makes the environments. Every method
-    returns its result or, when an environment failed, a problem tuple (see above): the
-    other environments of the group are still stepped.
-    """
-
-    def __init__(self, constructor, first, count):
-        import ray
-
-        self._constructor = constructor
-        self._first = first
-        self._count = count
-        self._envs = []
-        self._shape = None
-        self._where = f"pid {os.getpid()} on node {ray.util.get_node_ip_address()}"
-        self._node = ray.get_runtime_context().get_node_id()
-
-    def build(self):
-        """Builds the environments; returns `{"pid", "node", "where", "envs": [(observation
-        space, action space, id) per environment]}` or a problem tuple."""
-        first = self._first
-        for j in range(self._count):
-            try:
-                self._envs.append(self._constructor())
-            except Exception:
-                return _Problem(_RAISED, first + j, self._where, "the constructor",
-                                traceback.format_exc())
-        described = []
-        for j, env in enumerate(self._envs):
-            try:
-                spec = getattr(env, "spec", None)
-                env_id = getattr(spec, "id", None) or type(env.unwrapped).__name__
-                described.append((env.observation_space, env.action_space, env_id))
-            except Exception:
-                return _Problem(_RAISED, first + j, self._where, "reading the spaces",
-                                traceback.format_exc())
-        self._shape = tuple(getattr(described[0][0], "shape", None) or ())
-        return {"pid": os.getpid(), "node": self._node, "where": self._where,
-                "envs": described}
-
-    def step(self, actions):
-        """Steps each environment with its row of `actions`; returns `(observ, reward,
-        terminated, truncated)` arrays of the group, or a problem tuple."""
-        actions = np.array(actions)  # Writable, and the environments' own.
-        reward = np.zeros(self._count, np.float32)
-        terminated = np.zeros(self._count, bool)
-        truncated = np.zeros(self._count, bool)
-
-        def step(j):
-            observ, reward[j], terminated[j], truncated[j], _ = self._envs[j].step(actions[j])
-            return observ
-
-        observ, problem = self._each(range(self._count), "step()", step)
-        return problem or (observ, reward, terminated, truncated)
-
-    def reset(self, local_indices, seed):
-        """Resets the environments `local_indices` (of the group, ascending), environment
-        `i` of the batch with seed `seed + i`; returns their observations float32
-        `[len(local_indices), *shape]`, or a problem tuple."""
-
-        def reset(j):
-            return self._envs[j].reset(seed=None if seed is None else seed + self._first + j)[0]
-
-        observ, problem = self._each(local_indices, "reset()", reset)
-        return problem or observ
-
-    def _each(self, local_indices, what, call):
-        """Calls `call(j)`, which returns an observation, for each local index; returns the
-        observations float32 `[len(local_indices), *shape]` and the most important problem
-        (an exception first, then the lowest index; None if there is none)."""
-        observ = np.zeros((len(local_indices), *self._shape), np.float32)
-        problem = None
-        for row, j in enumerate(local_indices):
-            try:
-                value = call(j)
-                if np.shape(value) != self._shape:
-                    problem = problem or _Problem(_BAD_SHAPE, self._first + j, self._where,
-                                                  np.shape(value), repr(value))
-                    continue
-                observ[row] = value
-            except Exception:
-                if problem is None or problem.kind != _RAISED:
-                    problem = _Problem(_RAISED, self._first + j, self._where, what,
-                                       traceback.format_exc())
-        return observ, problem
