@@ -32,6 +32,7 @@ __all__ = ["NotEnoughCPUs", "RayBatchEnv", "RayUnavailable"]
 
 _logger = logging.getLogger(__name__)
 
+
 class NotEnoughCPUs(ValueError):
     """The actors ask for more CPUs than the Ray cluster has."""
 
