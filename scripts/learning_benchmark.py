@@ -312,11 +312,13 @@ def target_text(config, rows):
 
 
 def env_threshold(env_id):
-    """The Gymnasium registry's `reward_threshold` of an environment id, or None."""
+    """The Gymnasium registry's `reward_threshold` of an environment id, or None; an
+    EnvPool task (`envpool:HalfCheetah-v5`) takes that of the Gymnasium id it is named
+    after, if any."""
     try:
         import gymnasium
 
-        return gymnasium.spec(env_id).reward_threshold
+        return gymnasium.spec(env_id.removeprefix("envpool:")).reward_threshold
     except Exception:  # Unknown or unregistered id: no threshold.
         return None
 

@@ -155,6 +155,8 @@ def test_benchmark_helpers():
         learning_benchmark.parse_thresholds(["cartpole"])
     assert learning_benchmark.env_threshold("CartPole-v1") == 475.0
     assert learning_benchmark.env_threshold("Fake-v0") is None
+    assert learning_benchmark.env_threshold("envpool:CartPole-v1") == 475.0
+    assert learning_benchmark.env_threshold("envpool:CheetahRun-v1") is None
 
 
 def test_checkpoint_step_and_discover(bench, tmp_path):
