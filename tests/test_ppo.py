@@ -1,5 +1,6 @@
 """BatchPPO inside `simulate`, on MockEnvironment batches."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -201,6 +202,22 @@ def test_linear_learning_rate_schedule_decays_with_the_global_step():
     policy_rate = float(algo.checkpoint_state["policy_optimizer"].learning_rate.numpy())
     value_rate = float(algo.checkpoint_state["value_optimizer"].learning_rate.numpy())
     assert policy_rate == pytest.approx(0.75e-3) and value_rate == pytest.approx(1.5e-3)
+
+
+@pytest.mark.parametrize("max_norm", [None, 0.01])
+def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
+    """Each optimizer step applies the gradient scaled to a global norm of at most
+    `max_gradient_norm` (null: unscaled); the reported norm is the one before clipping."""
+    _, algo, _, _ = _setup((3,), [(4, 4)] * 2, max_gradient_norm=max_norm)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    before = [variable.numpy() for variable in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        loss = 100.0 * tf.reduce_sum(tf.square(model(tf.ones([4, 3])) - 5.0))
+    norm = float(algo._apply(tape, loss, model, keras.optimizers.SGD(1.0)))
+    moved = np.sqrt(sum(np.sum(np.square(variable.numpy() - old))
+                        for variable, old in zip(model.trainable_variables, before)))
+    assert norm > 1.0
+    assert moved == pytest.approx(min(norm, max_norm or np.inf), rel=1e-4)
 
 
 def test_observations_are_clipped_to_observ_clip():
