@@ -326,7 +326,10 @@ def env_threshold(env_id):
     try:
         import gymnasium
 
-        return gymnasium.spec(env_id.removeprefix("envpool:")).reward_threshold
+        from batchrl import environments
+
+        task = environments.envpool_task(env_id) or env_id
+        return gymnasium.spec(task).reward_threshold
     except Exception:  # Unknown or unregistered id: no threshold.
         return None
 
