@@ -215,7 +215,8 @@ def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
         loss = 100.0 * tf.reduce_sum(tf.square(model(tf.ones([4, 3])) - 5.0))
     norm = float(algo._apply(tape, loss, model, keras.optimizers.SGD(1.0)))
     moved = np.sqrt(sum(np.sum(np.square(variable.numpy() - old))
-                        for variable, old in zip(model.trainable_variables, before)))
+                        for variable, old in zip(model.trainable_variables, before,
+                                                 strict=True)))
     assert norm > 1.0
     assert moved == pytest.approx(min(norm, max_norm or np.inf), rel=1e-4)
 
