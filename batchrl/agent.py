@@ -32,8 +32,8 @@ class Agent:
     for the whole process) around the graph code that `simulate` uses
     (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly as `train` does:
     it updates once `update_every` episodes have ended. The global step counts environment
-    steps (`num_envs` per `observe`); `lr_schedule: linear` decays over
-    the config's `steps`.
+    steps (`num_envs` per `observe`); `lr_schedule: linear` and `kl_schedule:
+    linear` decay over the config's `steps`.
 
     For a `Box` action space with finite bounds the policy acts in [-1, 1], as in `train`:
     actions are clipped to [-1, 1] and mapped to the space's bounds before they are

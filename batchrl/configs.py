@@ -38,6 +38,7 @@ _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimize
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
+            "kl_schedule": ("constant", "linear"),
             "reward_normalizer": ("reward", "return"), "env_backend": ("local", "ray")}
 
 

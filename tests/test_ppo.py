@@ -204,6 +204,26 @@ def test_linear_learning_rate_schedule_decays_with_the_global_step():
     assert policy_rate == pytest.approx(0.75e-3) and value_rate == pytest.approx(1.5e-3)
 
 
+@pytest.mark.parametrize("schedule, target", [("constant", 0.04), ("linear", 0.01)])
+def test_kl_schedule_scales_the_target_of_the_penalty_and_the_cutoff(schedule, target):
+    """`kl_schedule: linear`: at step 750 of 1,000 the KL target is a quarter of
+    `kl_target`. Stored means shifted by 0.2 standard deviations give a KL of about 0.04
+    (two action dimensions): above the linear schedule's cut-off (twice 0.01) and 1.3
+    times its target, so every episode is cut off and the penalty grows; inside the
+    constant target's band, so neither happens."""
+    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
+                             kl_target=0.04, kl_schedule=schedule, kl_cutoff_coef=1.0)
+    _fill_memory(algo, run, 3)
+    algo._step.assign(750)
+    shift = 0.2 * algo._config.init_std
+    result = _memory_update(algo)(tf.constant(shift))
+    assert float(result["kl_target"]) == pytest.approx(target)
+    assert float(result["kl"]) == pytest.approx(0.04, rel=0.2)
+    linear = schedule == "linear"
+    assert float(result["kl_cutoff_count"]) == (3.0 if linear else 0.0)
+    assert float(result["kl_penalty"]) == pytest.approx(1.5 if linear else 1.0)
+
+
 @pytest.mark.parametrize("max_norm", [None, 0.01])
 def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
     """Each optimizer step applies the gradient scaled to a global norm of at most

@@ -27,7 +27,8 @@ class PPO(OnPolicyAlgorithm):
     first step.
 
     The policy loss may add an entropy bonus (`entropy_coef`); both learning rates may
-    decay linearly to 0 over the run's `steps` (`lr_schedule`). Advantages are GAE(lambda),
+    decay linearly to 0 over the run's `steps` (`lr_schedule`), and so may the KL target
+    and with it the cut-off (`kl_schedule`). Advantages are GAE(lambda),
     normalized over the memory; value targets are lambda-returns; the value after the last
     step of an episode is bootstrapped from its final observation when the episode was
     truncated and zero when it terminated.
@@ -45,8 +46,8 @@ class PPO(OnPolicyAlgorithm):
         `value_lr`, `gae_lambda`, `kl_target`, `kl_cutoff_factor`, `kl_cutoff_coef`,
         `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
         (None for full batches), `kl_reference` (`behaviour` or `update_start`),
-        `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule`
-        (`constant` or `linear`) and `steps`.
+        `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule` and
+        `kl_schedule` (`constant` or `linear`) and `steps`.
     """
 
     name = "ppo"
@@ -137,14 +138,30 @@ class PPO(OnPolicyAlgorithm):
             kl = advantage_lib.masked_mean(reference.kl(new), mask)
             entropy = advantage_lib.masked_mean(new.entropy(), mask)
             penalty = self._penalty.assign(
-                losses.adapted_penalty(self._penalty, kl, config.kl_target))
+                losses.adapted_penalty(self._penalty, kl, self._kl_target()))
         with tf.control_dependencies([penalty]):
             cleared = [self._memory.clear(), self._memory_index.assign(0)]
         with tf.control_dependencies(cleared):
             return dict(
                 metrics, kl=tf.identity(kl), kl_penalty=tf.identity(penalty),
                 entropy=entropy, mean_return=advantage_lib.masked_mean(target, mask),
+                kl_target=self._kl_target(),
                 mask=mask, advantage=advantage, action=episodes["action"])
+
+    def _remaining(self):
+        """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""
+        done = tf.cast(self._step, tf.float32) / float(self._config.steps)
+        return tf.maximum(1.0 - done, 0.0)
+
+    def _kl_target(self):
+        """float32 scalar: `kl_target`, times the fraction of the run still to train with
+        `kl_schedule: linear`. Schulman et al., arXiv:1707.06347, table 5 (Atari), anneal
+        the clipping range with the learning rate; this anneals the KL target, which
+        bounds an update's step as the clipping range does there."""
+        target = tf.constant(self._config.kl_target, tf.float32)
+        if self._config.kl_schedule == "linear":
+            return target * self._remaining()
+        return target
 
     def _schedule_learning_rates(self):
         """With `lr_schedule: linear`, sets both learning rates to their configured value
@@ -153,8 +170,7 @@ class PPO(OnPolicyAlgorithm):
         config = self._config
         if config.lr_schedule != "linear":
             return []
-        done = tf.cast(self._step, tf.float32) / float(config.steps)
-        remaining = tf.maximum(1.0 - done, 0.0)
+        remaining = self._remaining()
         return [optimizer.learning_rate.assign(rate * remaining)
                 for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
                                         (self._value_optimizer, config.value_lr))]
@@ -251,7 +267,7 @@ class PPO(OnPolicyAlgorithm):
             result = losses.policy_loss(
                 new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
                 minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
-                config.kl_target, config.kl_cutoff_factor, config.kl_cutoff_coef,
+                self._kl_target(), config.kl_cutoff_factor, config.kl_cutoff_coef,
                 new.entropy(), config.entropy_coef)
         return result, self._apply(
             tape, result["loss"], self._networks.policy, self._policy_optimizer)
