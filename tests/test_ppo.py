@@ -7,9 +7,11 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+from batchrl.tools.loop import step_function
 from batchrl.tools.mock_environment import MockEnvironment
 from batchrl.tools.simulate import simulate
 
@@ -190,6 +192,24 @@ def test_update_compiled_with_xla_trains_as_without():
         weights.append([v.numpy() for v in algo.networks.policy.trainable_variables])
     for plain, compiled in zip(*weights, strict=True):
         np.testing.assert_allclose(compiled, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_whole_call_compiled_with_xla_fills_the_memory_as_without():
+    """`step_function(jit_compile=True)`: XLA once sliced `agent_indices[:free]` to `free`
+    entries where fewer episodes ended (and compiled again for every `_memory_index`), so
+    that every call updated on a half-full memory."""
+    env = Pendulum(4, max_episode_steps=3, seed=0)
+    algo = PPO(env, tf.Variable(0, dtype=tf.int64), tf.Variable(True), tf.Variable(False),
+               _config(update_every=6, max_length=3, update_epochs=1))
+    function = step_function(env, algo, steps_per_call=3, jit_compile=True)
+    indices, iterations = [], []
+    for call in range(4):  # Four episodes end per call; six fill the memory.
+        function(tf.constant(False), tf.constant(call == 0), tf.constant(3))
+        indices.append(int(algo._memory_index.numpy()))
+        iterations.append(int(algo._policy_optimizer.iterations.numpy()))
+    assert indices == [4, 0, 4, 0]
+    assert iterations[0] == 0 and iterations[1] > 0
+    assert iterations[2] == iterations[1] and iterations[3] == 2 * iterations[1]
 
 
 def test_linear_learning_rate_schedule_decays_with_the_global_step():

@@ -308,7 +308,13 @@ class OnPolicyAlgorithm:
         with tf.name_scope("end_episodes"):
             agent_indices = tf.cast(agent_indices, tf.int32)
             free = self._config.update_every - self._memory_index
-            used = agent_indices[:free]
+            # The first `free` indices, by a mask rather than `agent_indices[:free]`: XLA
+            # (whole-call `jit_compile`) takes a slice's end as a compile-time constant,
+            # compiling the call again for every value of `_memory_index` at its start, and
+            # where it cannot (inside the step loop) slices `free` elements even past the
+            # end of the input, padded with zeros, which filled the memory too early.
+            used = tf.boolean_mask(
+                agent_indices, tf.range(tf.shape(agent_indices)[0]) < free)
             rows = self._memory_index + tf.range(tf.shape(used)[0])
             episodes, length = self._episodes.data(used)
             stored = [
