@@ -65,10 +65,16 @@ def check(config):
     """Checks what the config names against the registries.
 
     Raises:
-      ConfigError: unknown environment id, network or algorithm (`algorithm_class`), or no
-        episode length limit.
+      ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
+        episode length limit, or `jit_step` with an environment stepped outside
+        TensorFlow.
     """
     environments.check_env_id(config.env)
+    if config.jit_step and environments.native_class(config.env) is None:
+        raise configs.ConfigError(
+            f"config key 'jit_step' needs an in-graph environment of batchrl.envs (e.g. "
+            f"batchrl.envs:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
+            f"which XLA cannot compile")
     if config.network not in NETWORKS:
         raise configs.ConfigError(
             f"unknown network {config.network!r} (config key 'network'); "

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian
 from batchrl.scripts.events import read_scalars
 from batchrl.tools.batch_env import BatchEnv
@@ -58,6 +59,37 @@ def test_phases_summaries_and_checkpoints(tmp_path):
                                rtol=1e-6)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == [
         "ckpt-40.index", "ckpt-80.index"]
+
+
+def test_compiled_with_xla_the_loop_writes_the_train_scores_itself(tmp_path):
+    """`jit_compile`: XLA compiles no summaries, so the Loop writes the train phase's
+    `mean_score` at every `log_every` crossing, from the episodes it collected."""
+    env = Pendulum(4, max_episode_steps=5, seed=0)
+    config = configs.load("default", {"policy_layers": [8], "value_layers": [8],
+                                      "update_every": 4, "update_epochs": 2})
+    config.update(network=feed_forward_gaussian, max_length=5)
+    step = tf.Variable(0, dtype=tf.int64)
+    is_training, should_log = tf.Variable(True), tf.Variable(True)
+    algo = PPO(env, step, is_training, should_log, config)
+    optimizer = algo.checkpoint_state["policy_optimizer"]
+    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
+    loop = Loop(tmp_path, env, algo, step, is_training, should_log, checkpoint,
+                steps=80, eval_every=40, eval_episodes=4, log_every=20, progress=False,
+                steps_per_call=5, jit_compile=True)
+    results = loop.run()
+    assert [(r.name, r.global_step) for r in results] == [
+        ("train", 40), ("eval", 40), ("train", 80), ("eval", 80)]
+    train = [r for r in results if r.name == "train"]
+    assert all(len(r.scores) == 8 and set(r.lengths) == {5} for r in train)
+    # 16 episodes of 5 steps, 4 per update: 4 updates of 2 epochs of one Adam step.
+    assert int(optimizer.iterations.numpy()) == 8
+    train_scores = _scalars(tmp_path / "train", "mean_score")
+    assert [s for s, _ in train_scores] == [0, 20, 40, 60]
+    np.testing.assert_allclose([v for _, v in train_scores],
+                               [np.mean(r.scores[i:i + 4]) for r in train for i in (0, 4)],
+                               rtol=1e-6)
+    assert not _scalars(tmp_path / "train", "ppo/kl"), "nothing inside the call writes"
+    assert loop.tracing_count() == 1
 
 
 def test_several_steps_per_call_train_like_one(tmp_path):

@@ -82,6 +82,7 @@ def test_environment_given_as_module_and_class(tmp_path):
     (["--set", "env=envpool:Pendulum-v9"],
      "EnvPool has no task 'Pendulum-v9'; close matches: Pendulum-v1"),
     (["--set", "network=lstm"], "unknown network 'lstm'"),
+    (["--set", "jit_step=true"], "config key 'jit_step' needs an in-graph environment"),
     (["--set", "algorithm=sac"], "config key 'algorithm' is 'sac'"),
     (["--set", "algorithm=batchrl.nothing:X"], "cannot import module 'batchrl.nothing'"),
     (["--set", "optimizer={type: adam}"], "config key 'optimizer' is not read by algorithm "

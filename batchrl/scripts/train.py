@@ -106,7 +106,8 @@ def make_loop(config, logdir, agent, progress=None, stop=None):
 
     return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                 eval_episodes=config.eval_episodes, log_every=config.log_every,
-                progress=progress, stop=stop, steps_per_call=config.steps_per_call)
+                progress=progress, stop=stop, steps_per_call=config.steps_per_call,
+                jit_compile=config.jit_step)
 
 
 def train(config, logdir, progress=None, on_phase=None, stop=None):

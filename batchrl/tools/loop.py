@@ -93,6 +93,11 @@ class Loop:
         Summaries are then written at the end of the call that crosses a `log_every`
         boundary, and an eval round may run up to `steps_per_call - 1` steps beyond the
         end of its last episode.
+      jit_compile: compile the step function with XLA (`step_function`): the environment
+        must be in-graph (`batchrl.envs`), nothing inside the call writes summaries (the
+        algorithm's update summaries are left out) and the Loop writes the train phase's
+        `mean_score` / `mean_length` itself, at the step where the call that crosses a
+        `log_every` boundary began.
 
     Raises:
       ValueError: for non-positive `steps`, `eval_every`, `log_every` or `steps_per_call`.
@@ -100,7 +105,7 @@ class Loop:
 
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                  steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
-                 progress=None, stop=None, steps_per_call=1):
+                 progress=None, stop=None, steps_per_call=1, jit_compile=False):
         for name, value in (("steps", steps), ("eval_every", eval_every),
                             ("log_every", log_every), ("steps_per_call", steps_per_call)):
             if value <= 0:
@@ -126,8 +131,11 @@ class Loop:
         self._steps_per_call = int(steps_per_call)
         # The eval phase writes its summaries itself (log is false in its calls), so the
         # train writer is the function's default writer in both phases.
-        self._function = step_function(batch_env, algo, self._steps_per_call,
-                                       self._writers["train"], step, count_steps=False)
+        self._jit_compile = bool(jit_compile)
+        self._function = step_function(
+            batch_env, algo, self._steps_per_call,
+            None if jit_compile else self._writers["train"], step, count_steps=False,
+            jit_compile=jit_compile)
         self._tracing_seconds = None
 
     @property
@@ -226,7 +234,7 @@ class Loop:
         next_log = (step // self._log_every + 1) * self._log_every
         scores, lengths, running = [], [], np.zeros(batch, np.int64)
         start_step, start_time = step, time.time()
-        reset = True
+        reset, logged = True, 0
         while step < end:
             self._check_stop()
             count = min(self._steps_per_call, -(-(end - step) // batch))
@@ -238,12 +246,21 @@ class Loop:
             done, score = self._call(log, reset, count)
             self._step.assign_add(count * batch)
             reset = False
-            step = after
             for row in range(count):
                 self._collect(done[row], score[row], running, scores, lengths)
+            if log and self._jit_compile and len(scores) > logged:
+                self._write_train_scores(step, scores[logged:], lengths[logged:])
+                logged = len(scores)
+            step = after
             bar.update(count * batch)
         return PhaseResult("train", step, step - start_step, time.time() - start_time,
                            scores, lengths)
+
+    def _write_train_scores(self, step, scores, lengths):
+        """Writes the train summaries that `simulate` writes inside an uncompiled call."""
+        with self._writers["train"].as_default(step=step):
+            tf.summary.scalar("mean_score", np.mean(scores))
+            tf.summary.scalar("mean_length", np.mean(lengths))
 
     def _eval_phase(self, started):
         """Evaluates in rounds: each round restarts every agent and counts the first episode
