@@ -15,11 +15,14 @@ from batchrl.tools.loop import Loop
 from batchrl.tools.mock_environment import MockEnvironment
 
 
-def _loop(logdir, steps, seed=0, steps_per_call=1):
-    envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(4)]
-    for index, env in enumerate(envs):
-        env.reset(seed=seed + index)
-    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=False):
+    """A Loop of BatchPPO on `batch_env` (default: 4 MockEnvironments with episodes of 3-6
+    steps), evaluating every 40 steps and logging every 20."""
+    if batch_env is None:
+        envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(4)]
+        for index, env in enumerate(envs):
+            env.reset(seed=seed + index)
+        batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
     config = configs.load("default", {"policy_layers": [8], "value_layers": [8],
                                       "update_every": 4, "update_epochs": 2, "seed": seed})
     config.update(network=feed_forward_gaussian, max_length=6)
@@ -30,7 +33,7 @@ def _loop(logdir, steps, seed=0, steps_per_call=1):
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
     loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                 steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False,
-                steps_per_call=steps_per_call)
+                steps_per_call=steps_per_call, jit_compile=jit_compile)
     return loop, algo, step
 
 
@@ -64,18 +67,9 @@ def test_phases_summaries_and_checkpoints(tmp_path):
 def test_compiled_with_xla_the_loop_writes_the_train_scores_itself(tmp_path):
     """`jit_compile`: XLA compiles no summaries, so the Loop writes the train phase's
     `mean_score` at every `log_every` crossing, from the episodes it collected."""
-    env = Pendulum(4, max_episode_steps=5, seed=0)
-    config = configs.load("default", {"policy_layers": [8], "value_layers": [8],
-                                      "update_every": 4, "update_epochs": 2})
-    config.update(network=feed_forward_gaussian, max_length=5)
-    step = tf.Variable(0, dtype=tf.int64)
-    is_training, should_log = tf.Variable(True), tf.Variable(True)
-    algo = PPO(env, step, is_training, should_log, config)
+    loop, algo, _ = _loop(tmp_path, steps=80, steps_per_call=5, jit_compile=True,
+                          batch_env=Pendulum(4, max_episode_steps=5, seed=0))
     optimizer = algo.checkpoint_state["policy_optimizer"]
-    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-    loop = Loop(tmp_path, env, algo, step, is_training, should_log, checkpoint,
-                steps=80, eval_every=40, eval_episodes=4, log_every=20, progress=False,
-                steps_per_call=5, jit_compile=True)
     results = loop.run()
     assert [(r.name, r.global_step) for r in results] == [
         ("train", 40), ("eval", 40), ("train", 80), ("eval", 80)]

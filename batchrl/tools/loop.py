@@ -249,18 +249,22 @@ class Loop:
             for row in range(count):
                 self._collect(done[row], score[row], running, scores, lengths)
             if log and self._jit_compile and len(scores) > logged:
-                self._write_train_scores(step, scores[logged:], lengths[logged:])
+                self._write_scores("train", step, scores[logged:], lengths[logged:])
                 logged = len(scores)
             step = after
             bar.update(count * batch)
         return PhaseResult("train", step, step - start_step, time.time() - start_time,
                            scores, lengths)
 
-    def _write_train_scores(self, step, scores, lengths):
-        """Writes the train summaries that `simulate` writes inside an uncompiled call."""
-        with self._writers["train"].as_default(step=step):
+    def _write_scores(self, name, step, scores, lengths, **scalars):
+        """Writes `mean_score`, `mean_length` and `scalars` (tag -> value) to the `name`
+        writer at `step`: the eval summaries, and under `jit_compile` the train summaries
+        that `simulate` writes inside an uncompiled call."""
+        with self._writers[name].as_default(step=step):
             tf.summary.scalar("mean_score", np.mean(scores))
             tf.summary.scalar("mean_length", np.mean(lengths))
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value)
 
     def _eval_phase(self, started):
         """Evaluates in rounds: each round restarts every agent and counts the first episode
@@ -292,13 +296,10 @@ class Loop:
                     running[done] = 0
             scores.extend(first_score.tolist())
             lengths.extend(first_length.tolist())
-        writer = self._writers["eval"]
-        with writer.as_default(step=int(self._step.numpy())):
-            tf.summary.scalar("mean_score", np.mean(scores))
-            tf.summary.scalar("mean_length", np.mean(lengths))
-            tf.summary.scalar("time/training_seconds", time.time() - started)
-            tf.summary.scalar("time/tracing_seconds", self._tracing_seconds)
-        writer.flush()
+        self._write_scores("eval", int(self._step.numpy()), scores, lengths, **{
+            "time/training_seconds": time.time() - started,
+            "time/tracing_seconds": self._tracing_seconds})
+        self._writers["eval"].flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
 
