@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from batchrl import configs
+from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.ppo import PPO
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
@@ -291,3 +292,41 @@ def test_reward_normalizer_takes_the_std_of_rewards_or_of_discounted_returns(nor
                 expected[t] += 0.9 * expected[t - 1]
     std = float(algo.checkpoint_state["reward_filter"].std.numpy())
     assert std == pytest.approx(np.std(expected, ddof=1), rel=1e-4)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_normalize_value_fits_returns_standardized_by_their_running_statistics(normalize):
+    """`normalize_value`: the update adds its lambda-returns to the running statistics
+    and the value network fits them standardized (else as they are); `_value` maps the
+    network's output back to returns. A vanishing value learning rate keeps the network
+    fixed, so the one full-batch value loss can be recomputed."""
+    _, algo, _, run = _setup((3,), [(4, 6)] * 3, update_every=3, update_epochs=1,
+                             value_lr=1e-12, normalize_value=normalize)
+    _fill_memory(algo, run, 3)
+    if normalize:  # Forget the statistics of the updates while filling the memory.
+        algo.checkpoint_state["value_filter"].reset()
+    episodes, length = algo._memory.data()
+    mask = advantage_lib.sequence_mask(length, algo._memory_length)
+    raw = algo.networks.value(episodes["observ"])
+    bootstrap = algo.networks.value(algo._memory_final[:, None])[:, 0] * (
+        1.0 - tf.cast(algo._memory_terminated, tf.float32))
+    reward = algo._reward_filter.transform(episodes["reward"]) * mask
+    _, target = advantage_lib.generalized_advantage(
+        reward, raw, bootstrap, length, algo._config.discount, algo._config.gae_lambda)
+    valid = tf.boolean_mask(target, mask > 0).numpy()
+    fitted = (target - valid.mean()) / valid.std(ddof=1) if normalize else target
+    expected = 0.5 * np.sum(np.square(raw - fitted) * mask) / np.sum(mask)
+
+    metrics = _memory_update(algo)(tf.constant(0.0))
+    assert float(metrics["value_loss"]) == pytest.approx(expected, rel=1e-4)
+    assert float(metrics["mean_return"]) == pytest.approx(valid.mean(), rel=1e-5)
+    value = algo._value(episodes["observ"]).numpy()
+    if normalize:
+        statistics = algo.checkpoint_state["value_filter"]
+        assert float(statistics.mean) == pytest.approx(valid.mean(), rel=1e-5)
+        assert float(statistics.std) == pytest.approx(valid.std(ddof=1), rel=1e-5)
+        np.testing.assert_allclose(
+            value, raw * valid.std(ddof=1) + valid.mean(), rtol=1e-4, atol=1e-5)
+    else:
+        assert "value_filter" not in algo.checkpoint_state
+        np.testing.assert_allclose(value, raw, rtol=1e-5, atol=1e-6)

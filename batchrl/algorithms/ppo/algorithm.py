@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm, _after
 from batchrl.algorithms.ppo import losses
+from batchrl.tools.streaming import StreamingNormalize
 
 
 class PPO(OnPolicyAlgorithm):
@@ -31,7 +32,12 @@ class PPO(OnPolicyAlgorithm):
     and with it the cut-off (`kl_schedule`). Advantages are GAE(lambda),
     normalized over the memory; value targets are lambda-returns; the value after the last
     step of an episode is bootstrapped from its final observation when the episode was
-    truncated and zero when it terminated.
+    truncated and zero when it terminated. With `normalize_value`, the value network
+    predicts the lambda-returns standardized by their running mean and standard deviation
+    (updated with each update's targets before the value steps), and its output is mapped
+    back to returns wherever values are used: the value-target normalization of PopArt
+    (van Hasselt et al., arXiv:1602.07714, eq. 2, without its output-preserving rescaling)
+    that Yu et al., arXiv:2103.01955, section 4.1, recommend for PPO.
 
     The importance ratio of the surrogate is always taken against the stored policy that
     acted (its parameters are stored with every step). The KL penalty, the cut-off and the
@@ -47,7 +53,7 @@ class PPO(OnPolicyAlgorithm):
         `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
         (None for full batches), `kl_reference` (`behaviour` or `update_start`),
         `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule` and
-        `kl_schedule` (`constant` or `linear`) and `steps`.
+        `kl_schedule` (`constant` or `linear`), `normalize_value` and `steps`.
     """
 
     name = "ppo"
@@ -57,6 +63,8 @@ class PPO(OnPolicyAlgorithm):
         with tf.name_scope(self.name):
             self._penalty = tf.Variable(float(config.kl_init_penalty), dtype=tf.float32,
                                         trainable=False, name="kl_penalty")
+            self._value_filter = StreamingNormalize((), name="value_normalize") if (
+                config.normalize_value) else None
         self._policy_optimizer = keras.optimizers.Adam(config.policy_lr)
         self._policy_optimizer.build(self._networks.policy.trainable_variables)
         self._value_optimizer = keras.optimizers.Adam(config.value_lr)
@@ -71,8 +79,11 @@ class PPO(OnPolicyAlgorithm):
     def checkpoint_state(self):
         """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
         optimizers and the KL penalty."""
-        return dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
-                    value_optimizer=self._value_optimizer, kl_penalty=self._penalty)
+        state = dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
+                     value_optimizer=self._value_optimizer, kl_penalty=self._penalty)
+        if self._value_filter is not None:
+            state["value_filter"] = self._value_filter
+        return state
 
     def _train(self):
         """One PPO update on the full memory and its summaries; returns True once done."""
@@ -110,10 +121,11 @@ class PPO(OnPolicyAlgorithm):
         observ = episodes["observ"]
         reward = self._reward_filter.transform(episodes["reward"]) * mask
         not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
-        value = self._networks.value(observ)
-        bootstrap = self._networks.value(self._memory_final[:, None])[:, 0] * not_terminal
+        value = self._value(observ)
+        bootstrap = self._value(self._memory_final[:, None])[:, 0] * not_terminal
         advantage, target = advantage_lib.generalized_advantage(
             reward, value, bootstrap, length, config.discount, config.gae_lambda)
+        value_target = self._value_target(target, mask)
         mean = advantage_lib.masked_mean(advantage, mask)
         std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
         behaviour_params = {key: episodes["policy_" + key] for key in self._param_shapes}
@@ -127,7 +139,7 @@ class PPO(OnPolicyAlgorithm):
             [config.update_every, self._memory_length, 0])
         steps = dict(
             observ=observ, action=episodes["action"], state=state,
-            mask=mask, target=target, advantage=(advantage - mean) / (std + 1e-8) * mask,
+            mask=mask, target=value_target, advantage=(advantage - mean) / (std + 1e-8) * mask,
             old_log_prob=behaviour.log_prob(episodes["action"]),
             **{"reference_" + key: value for key, value in reference_params.items()})
         metrics = self._optimize(self._chunks(steps))
@@ -147,6 +159,24 @@ class PPO(OnPolicyAlgorithm):
                 entropy=entropy, mean_return=advantage_lib.masked_mean(target, mask),
                 kl_target=self._kl_target(),
                 mask=mask, advantage=advantage, action=episodes["action"])
+
+    def _value(self, observ):
+        """The value network's estimate of the return, `[batch, time]` float32; with
+        `normalize_value`, its output mapped back from standardized returns."""
+        value = self._networks.value(observ)
+        if self._value_filter is None:
+            return value
+        return value * (self._value_filter.std + 1e-8) + self._value_filter.mean
+
+    def _value_target(self, target, mask):
+        """What the value network fits: the lambda-returns `target` (`[episodes, time]`),
+        or with `normalize_value` the same standardized by the running statistics after
+        adding the valid steps (`mask`) of this update's."""
+        if self._value_filter is None:
+            return target
+        updated = self._value_filter.update(tf.boolean_mask(target, mask > 0))
+        with tf.control_dependencies([updated]):
+            return self._value_filter.transform(target) * mask
 
     def _remaining(self):
         """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""
