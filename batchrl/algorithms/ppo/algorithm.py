@@ -36,8 +36,9 @@ class PPO(OnPolicyAlgorithm):
     predicts the lambda-returns standardized by their running mean and standard deviation
     (updated with each update's targets before the value steps), and its output is mapped
     back to returns wherever values are used: the value-target normalization of PopArt
-    (van Hasselt et al., arXiv:1602.07714, eq. 2, without its output-preserving rescaling)
-    that Yu et al., arXiv:2103.01955, section 4.1, recommend for PPO.
+    (van Hasselt et al., arXiv:1602.07714; without its output-preserving rescaling of the
+    last layer), which Yu et al., arXiv:2103.01955, recommend for PPO ("value
+    normalization").
 
     The importance ratio of the surrogate is always taken against the stored policy that
     acted (its parameters are stored with every step). The KL penalty, the cut-off and the
@@ -78,7 +79,8 @@ class PPO(OnPolicyAlgorithm):
     @property
     def checkpoint_state(self):
         """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
-        optimizers and the KL penalty."""
+        optimizers, the KL penalty and, with `normalize_value`, the value targets'
+        statistics (`value_filter`)."""
         state = dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
                      value_optimizer=self._value_optimizer, kl_penalty=self._penalty)
         if self._value_filter is not None:
