@@ -109,3 +109,21 @@ def test_normalize_with_a_mask_leaves_the_other_elements_unchanged():
     np.testing.assert_allclose(result[:, 2], [-30.0 / std, -20.0 / std, 1.0], rtol=1e-5)
     with pytest.raises(ValueError, match=r"mask of shape \(2,\), expected \(3,\)"):
         StreamingNormalize((3,), mask=[True, False])
+
+
+@pytest.mark.parametrize("center, scale", [(True, True), (False, True), (True, False)])
+def test_inverse_undoes_transform_inside_the_clipping_range(center, scale):
+    """`inverse(transform(x)) == x` for the parts `transform` applies; masked-out elements
+    pass unchanged both ways; a clipped value maps back to the clipping bound."""
+    normalize = StreamingNormalize((2,), center=center, scale=scale, clip=3.0,
+                                   mask=[True, False])
+    values = np.array([[1.0, 5.0], [4.0, 6.0], [10.0, 7.0]], np.float32)
+    normalize.update(values)
+    sample = np.array([[2.0, -1.0], [8.0, 50.0]], np.float32)
+    np.testing.assert_allclose(
+        normalize.inverse(normalize.transform(sample)).numpy(), sample, rtol=1e-5)
+    mean = values[:, 0].mean() if center else 0.0
+    std = values[:, 0].std(ddof=1) if scale else 1.0
+    far = np.array([[mean + 10.0 * std, 0.0]], np.float32)
+    np.testing.assert_allclose(normalize.inverse(normalize.transform(far)).numpy(),
+                               [[mean + 3.0 * std, 0.0]], rtol=1e-5)

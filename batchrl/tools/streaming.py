@@ -185,6 +185,27 @@ class StreamingNormalize(tf.Module):
             normalized = tf.where(self._mask, normalized, values)
         return normalized
 
+    def inverse(self, values):
+        """Maps normalized values back with the current statistics: `x * (std + 1e-8) +
+        mean`, each part only where `transform` applies it (and only at `mask`); the
+        inverse of `transform` for values inside its clipping range.
+
+        Args:
+          values: float tensor whose trailing dimensions equal `shape`.
+
+        Returns:
+          float32 tensor of the same shape.
+        """
+        values = tf.cast(values, tf.float32)
+        restored = values
+        if self._scale:
+            restored *= self.std + 1e-8
+        if self._center:
+            restored += self.mean
+        if self._mask is not None:
+            restored = tf.where(self._mask, restored, values)
+        return restored
+
     def reset(self):
         """Forgets all values seen; returns the op."""
         ops = [

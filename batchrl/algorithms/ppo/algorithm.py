@@ -168,7 +168,7 @@ class PPO(OnPolicyAlgorithm):
         value = self._networks.value(observ)
         if self._value_filter is None:
             return value
-        return value * (self._value_filter.std + 1e-8) + self._value_filter.mean
+        return self._value_filter.inverse(value)
 
     def _value_target(self, target, mask):
         """What the value network fits: the lambda-returns `target` (`[episodes, time]`),
