@@ -7,7 +7,9 @@ in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true clas
 `in_graph`): the whole batch is then one object built in this process, in TensorFlow, and
 `gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
 `envpool:TASK` names an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`): the whole batch is
-one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process.
+one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process; `env_kwargs` are
+then the task's EnvPool options, and may give `num_threads` and `max_episode_steps` in place
+of `num_workers` and `max_length` (`envpool_settings`).
 With `env_backend: ray`, Gymnasium environments are hosted by Ray actors (a
 `batchrl.tools.ray_env.RayBatchEnv`, which imports Ray when it is built).
 """
@@ -131,18 +133,18 @@ def gymnasium_id(env):
 
 def episode_limit(config):
     """The maximal episode length: `max_length`, else the registered time limit (of the
-    Gymnasium equivalent, for an in-graph environment).
+    Gymnasium equivalent, for an in-graph environment; for an EnvPool task its option
+    `max_episode_steps` in `env_kwargs`, else its own limit).
 
     Raises:
       ConfigError: when neither is set (always so for a `module:attribute` environment
-        without `max_length`).
+        without `max_length`); for an EnvPool task, as `envpool_settings`.
     """
-    if config.max_length:
-        return config.max_length
     task = envpool_task(config.env)
     if task is not None:
-        _check_envpool_task(task)
-        return envpool_env.episode_limit(task)
+        return envpool_settings(config)[1]
+    if config.max_length:
+        return config.max_length
     env = gymnasium_id(config.env)
     limit = None if ":" in env else gym.spec(env).max_episode_steps
     if not limit:
@@ -150,6 +152,37 @@ def episode_limit(config):
             f"environment {config.env!r} has no registered time limit: set config key "
             f"'max_length'")
     return limit
+
+
+# EnvPool options that config keys also set.
+_ENVPOOL_KEYS = {"num_threads": "num_workers", "max_episode_steps": "max_length"}
+
+
+def envpool_settings(config):
+    """`(num_threads, max_episode_steps, options)` of the `EnvPoolBatchEnv` of a config with
+    `env: envpool:TASK`: `num_workers` or else `env_kwargs`' `num_threads` (None: one per
+    core), `max_length` or else `env_kwargs`' `max_episode_steps` or else the task's own
+    limit, and the other `env_kwargs`.
+
+    Raises:
+      ConfigError: an unknown task; `num_workers` and `num_threads`, or `max_length` and
+        `max_episode_steps`, both set and different (the message names both keys); an
+        option the task does not have or batchrl sets itself, or a value that is not an
+        int >= 1 (the message names `env_kwargs`).
+    """
+    task = envpool_task(config.env)
+    _check_envpool_task(task)
+    options = dict(config.env_kwargs)
+    for option, key in _ENVPOOL_KEYS.items():
+        if option in options and config[key] is not None and options[option] != config[key]:
+            raise ConfigError(f"config keys {key!r} ({config[key]}) and 'env_kwargs' "
+                              f"({option}: {options[option]}) contradict each other: set "
+                              f"only one of them")
+    try:
+        return envpool_env.resolve_options(
+            task, config.num_workers, config.max_length or None, options)
+    except ValueError as error:
+        raise ConfigError(f"config key 'env_kwargs': {error}") from None
 
 
 def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
@@ -181,19 +214,21 @@ def create_batch(config):
 
     The environments' random generators are seeded with `config.seed + index`. For an
     in-graph environment class (`native_class`), returns that class's instance for the
-    whole batch, seeded with `config.seed`; for `envpool:TASK`, an `EnvPoolBatchEnv` of
-    `config.num_workers` threads (None: one per core). `env_processes` applies to neither.
+    whole batch, seeded with `config.seed`; for `envpool:TASK`, an `EnvPoolBatchEnv` with
+    the settings of `envpool_settings` (threads: `config.num_workers`, else `env_kwargs`'
+    `num_threads`, else one per core). `env_processes` applies to neither.
 
     Raises:
-      ConfigError: `check_backend` fails, or Ray cannot be started or reached at
-        `config.ray_address` (the message names the key).
+      ConfigError: `check_backend` or `envpool_settings` fails, or Ray cannot be started or
+        reached at `config.ray_address` (the message names the key).
     """
     check_backend(config)
     task = envpool_task(config.env)
-    if task is not None:  # episode_limit checks the task id first.
+    if task is not None:
+        num_threads, limit, options = envpool_settings(config)
         batch_env = envpool_env.EnvPoolBatchEnv(
-            task, config.num_agents, num_threads=config.num_workers, seed=config.seed,
-            max_episode_steps=episode_limit(config), kwargs=config.env_kwargs)
+            task, config.num_agents, num_threads=num_threads, seed=config.seed,
+            max_episode_steps=limit, kwargs=options)
         batch_env.reset(seed=config.seed)
         return batch_env
     native = native_class(config.env)

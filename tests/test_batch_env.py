@@ -228,3 +228,44 @@ def test_close_closes_every_env_even_if_one_fails():
     with BatchEnv(envs, blocking=True):
         pass
     assert all(env.closed for env in envs)
+
+
+class SpaceEnv(gymnasium.Env):
+    """Accepts any action of `action_space` and counts its steps."""
+
+    def __init__(self, action_space):
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = action_space
+        self.actions = []
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.actions.append(np.asarray(action).tolist())
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("space, good, bad, message", [
+    (spaces.MultiDiscrete([3, 2]), [[2, 1], [0, 0]], [[2, 1], [0, 2]],
+     r"^env 1 was given the action \[0, 2\], outside the action space MultiDiscrete"),
+    (spaces.MultiDiscrete([3, 2], start=[-1, 5]), [[1, 6], [-1, 5]], [[-2, 5], [0, 5]],
+     r"^env 0 was given the action \[-2, 5\], outside"),
+    (spaces.MultiBinary(3), [[1, 0, 1], [0, 0, 0]], [[1, 0, 1], [0, 3, 0]],
+     r"^env 1 was given the action \[0, 3, 0\], outside the action space MultiBinary\(3\)"),
+    (spaces.Discrete(3, start=-1), [-1, 1], [2, 0],
+     r"^env 0 was given the action 2, outside the action space Discrete\(3, start=-1\)"),
+])
+def test_integer_actions_outside_their_space_are_refused(space, good, bad, message):
+    envs = [SpaceEnv(space) for _ in range(2)]
+    batch_env = BatchEnv(envs, blocking=True)
+    batch_env.reset()
+    with pytest.raises(ValueError, match=message):
+        batch_env.step(np.array(bad))
+    with pytest.raises(ValueError, match=r"convertible to int\d+ .*got dtype float64"):
+        batch_env.step(np.array(good, np.float64))
+    assert [env.actions for env in envs] == [[], []]  # Nothing was stepped.
+    batch_env.step(np.array(good))
+    assert [env.actions for env in envs] == [[good[0]], [good[1]]]
+    assert all(space.contains(np.asarray(action)) for action in good)  # Gymnasium agrees.
+    assert not all(space.contains(np.asarray(action)) for action in bad)

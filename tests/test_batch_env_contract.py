@@ -131,13 +131,88 @@ def test_wrong_action_shape_raises_and_keeps_the_batch_usable(backend):
         assert observ.shape == (2, 17)
 
 
-def test_nan_action_gives_a_non_finite_error_naming_the_env(backend):
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_action_is_refused_naming_the_env(backend, value):
     with make_batch(backend, "Pendulum-v1", 3) as batch_env:
         batch_env.reset(seed=0)
         actions = np.zeros((3, 1), np.float32)
-        actions[1] = np.nan
-        with pytest.raises(ValueError, match=r"env 1\b.*non-finite (observation|reward)"):
+        actions[1] = value
+        with pytest.raises(ValueError, match=rf"^env 1\b.*non-finite action: \[{value}\]$"):
             batch_env.step(actions)
+        observ, *_ = batch_env.step(np.zeros((3, 1)))  # Nothing was stepped; still usable.
+        assert np.isfinite(observ).all()
+
+
+def test_discrete_actions_outside_the_space_are_refused(backend):
+    with make_batch(backend, "CartPole-v1", 3) as batch_env:
+        batch_env.reset(seed=0)
+        with pytest.raises(ValueError, match="convertible to int64.*got dtype float64"):
+            batch_env.step([0.9, 1.7, 5.0])  # Not truncated to 0, 1 and 5.
+        with pytest.raises(ValueError, match=r"^env 2\b.*action 5, outside the action space "
+                                             r"Discrete\(2\)"):
+            batch_env.step(np.array([0, 1, 5]))
+        with pytest.raises(ValueError, match=r"^env 0\b.*action -1, outside"):
+            batch_env.step(np.array([-1, 1, 1], np.int32))
+        # Nothing was stepped: the poles stand after 1 step from a seeded reset.
+        _, reward, terminated, truncated, _ = batch_env.step(np.array([0, 1, 1], np.int32))
+        assert reward.tolist() == [1.0] * 3 and not (terminated | truncated).any()
+
+
+def test_reset_refuses_repeated_or_malformed_indices(backend):
+    with make_batch(backend, "Pendulum-v1", 3) as batch_env:
+        first, _ = batch_env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"batch index 1 appears more than once in the "
+                                             r"indices to reset: \[1, 1\]"):
+            batch_env.reset([1, 1])
+        with pytest.raises(ValueError, match="1-D sequence of integers"):
+            batch_env.reset([0.5])
+        with pytest.raises(ValueError, match="1-D sequence of integers"):
+            batch_env.reset([[0], [1]])
+        # Nothing was reset: the batch steps on from the seeded states.
+        observ, *_ = batch_env.step(np.zeros((3, 1)))
+        np.testing.assert_allclose(observ, pendulum_step(first, np.zeros((3, 1)))[0],
+                                   atol=1e-5)
+
+
+def pendulum_step(observ, actions):
+    """Pendulum-v1's next observation and reward for observations float `[B, 3]` = (cos θ,
+    sin θ, θ') and batchrl's actions `[B, 1]` in [-1, 1] (clipped, then mapped to the torque
+    u in [-2, 2] N m), by Gymnasium's equations (gymnasium/envs/classic_control/pendulum.py):
+    θ'_new = clip(θ' + (3 g / (2 l) sin θ + 3 / (m l²) u) dt, -8, 8), θ_new = θ + θ'_new dt,
+    reward = -(normalize(θ)² + 0.1 θ'² + 0.001 u²), with g = 10, m = l = 1, dt = 0.05."""
+    g, m, length, dt = 10.0, 1.0, 1.0, 0.05
+    observ = np.asarray(observ, np.float64)
+    theta, speed = np.arctan2(observ[:, 1], observ[:, 0]), observ[:, 2]
+    torque = np.clip(2.0 * np.clip(np.asarray(actions, np.float64)[:, 0], -1, 1), -2, 2)
+    reward = -(theta ** 2 + 0.1 * speed ** 2 + 0.001 * torque ** 2)  # arctan2: θ in (-π, π].
+    speed = np.clip(speed + (3 * g / (2 * length) * np.sin(theta)
+                             + 3.0 / (m * length ** 2) * torque) * dt, -8, 8)
+    theta = theta + speed * dt
+    return np.stack([np.cos(theta), np.sin(theta), speed], axis=1), reward
+
+
+def test_every_step_follows_pendulum_dynamics_through_the_time_limit(backend):
+    # Two episodes of 5 steps, and a partial reset: every observation, the final one at the
+    # limit included, must be the dynamics' successor of the one before (an auto-reset
+    # observation, or one of another environment, is not).
+    actions = np.random.default_rng(2).uniform(-1.5, 1.5, (13, 3, 1)).astype(np.float32)
+    with make_batch(backend, "Pendulum-v1", 3, max_episode_steps=5) as batch_env:
+        observ, _ = batch_env.reset(seed=0)
+        for step, action in enumerate(actions, start=1):
+            expected, expected_reward = pendulum_step(observ, action)
+            observ, reward, terminated, truncated, _ = batch_env.step(action)
+            np.testing.assert_allclose(observ, expected, atol=1e-5, err_msg=f"step {step}")
+            np.testing.assert_allclose(reward, expected_reward, rtol=1e-5, atol=1e-5)
+            assert not terminated.any()
+            assert truncated.tolist() == [step in (5, 10)] * 2 + [step in (5, 13)]
+            if step == 5:
+                observ, _ = batch_env.reset()
+            elif step == 8:  # Env 2 begins again; its episode ends at step 13.
+                observ = observ.copy()
+                observ[2] = batch_env.reset([2])[0][0]
+            elif step == 10:
+                observ = observ.copy()
+                observ[[1, 0]] = batch_env.reset(np.array([1, 0]))[0]
 
 
 def test_envpool_action_bounds_are_mapped_from_minus_one_one():

@@ -2,11 +2,21 @@
 
 import numpy as np
 
+from batchrl.tools.base_batch_env import BaseBatchEnv
+
 __all__ = ["BatchEnv"]
 
 
-class BatchEnv:
+class BatchEnv(BaseBatchEnv):
     """Combines environments with equal spaces into one batch of size `B = len(envs)`.
+
+    `step` and `reset` are those of `BaseBatchEnv` (the contract and its checks); here the
+    environments are called in this process, or through `ExternalProcess`es. `step`
+    passes each environment its row of `actions` as given (not converted to the action
+    space's dtype). Further errors of `step` and `reset`: ValueError for an observation of
+    the wrong shape (naming the index and the value); `WorkerError` when an
+    `ExternalProcess` failed (raised once all other results were collected, so that the
+    other environments stay in step).
 
     Args:
       envs: non-empty sequence of environments: `gymnasium.Env`s, or `ExternalProcess`es.
@@ -17,7 +27,8 @@ class BatchEnv:
 
     Raises:
       ValueError: `envs` is empty, or the observation or action space of an environment
-        differs from the first environment's (the message names the index and both spaces).
+        differs from the first environment's (the message names the index and both spaces),
+        or a space has no fixed shape or a non-numeric action dtype.
     """
 
     def __init__(self, envs, blocking):
@@ -25,70 +36,21 @@ class BatchEnv:
         if not self._envs:
             raise ValueError("BatchEnv needs at least one environment")
         self._blocking = bool(blocking)
-        self._observation_space = self._envs[0].observation_space
-        self._action_space = self._envs[0].action_space
-        for index, env in enumerate(self._envs[1:], start=1):
-            if env.observation_space != self._observation_space:
-                raise ValueError(
-                    f"observation space of env {index} ({env.observation_space!r}) differs "
-                    f"from that of env 0 ({self._observation_space!r})"
-                )
-            if env.action_space != self._action_space:
-                raise ValueError(
-                    f"action space of env {index} ({env.action_space!r}) differs "
-                    f"from that of env 0 ({self._action_space!r})"
-                )
-        self._observ_shape = tuple(self._observation_space.shape)
-        self._action_shape = (len(self._envs), *self._action_space.shape)
-
-    def __len__(self):
-        """The batch size `B`."""
-        return len(self._envs)
+        self._init_contract(len(self._envs), self._envs[0].observation_space,
+                            self._envs[0].action_space)
+        self._check_spaces([(env.observation_space, env.action_space) for env in self._envs])
 
     def __getitem__(self, index):
         """The environment at batch index `index`."""
         return self._envs[index]
 
     @property
-    def observation_space(self):
-        """The observation space shared by all environments (of a single environment)."""
-        return self._observation_space
-
-    @property
-    def action_space(self):
-        """The action space shared by all environments (of a single environment)."""
-        return self._action_space
-
-    @property
     def blocking(self):
         """Whether the environments are called one after the other (bool)."""
         return self._blocking
 
-    def step(self, actions):
-        """Steps all environments once.
-
-        Args:
-          actions: array-like `[B, *action_shape]`, one action per environment (`[B]` integers
-            for a `Discrete` action space).
-
-        Returns:
-          `(observ, reward, terminated, truncated, infos)`: observ float32
-          `[B, *observation_shape]`, reward float32 `[B]`, terminated bool `[B]`, truncated
-          bool `[B]`, infos a tuple of `B` dicts.
-
-        Raises:
-          ValueError: `actions` does not have shape `[B, *action_shape]`, or an environment
-            returned a NaN or infinite observation or reward, or an observation of the wrong
-            shape (the message names the index and the value).
-          WorkerError: an `ExternalProcess` failed (after all other results were collected).
-        """
-        actions = np.asarray(actions)
-        if actions.shape != self._action_shape:
-            raise ValueError(
-                f"expected actions of shape {self._action_shape} (batch size "
-                f"{len(self._envs)}, action shape {self._action_space.shape}), "
-                f"got shape {actions.shape}"
-            )
+    def _step(self, actions):
+        """Steps every environment with its row of `actions`; infos a tuple of `B` dicts."""
         if self._blocking:
             results = [env.step(action) for env, action in zip(self._envs, actions, strict=True)]
         else:
@@ -98,44 +60,16 @@ class BatchEnv:
             ]
             results = _collect(promises)
         observs, rewards, terminated, truncated, infos = zip(*results, strict=True)
-        observ = self._stack_observations(observs, range(len(self._envs)))
+        observ = self._stack_observations(observs, self._all_indices)
         reward = np.asarray(rewards, dtype=np.float32)
-        if not np.isfinite(reward).all():
-            index = int(np.flatnonzero(~np.isfinite(reward))[0])
-            raise ValueError(f"env {index} returned a non-finite reward: {rewards[index]!r}")
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
         return observ, reward, terminated, truncated, tuple(infos)
 
-    def reset(self, indices=None, seed=None):
-        """Resets the environments at the given batch indices, and only those.
-
-        Args:
-          indices: sequence or 1-D integer array of batch indices; all environments if None.
-          seed: optional int; environment `i` (a batch index) is then reset with seed
-            `seed + i`.
-
-        Returns:
-          `(observ, infos)`: observ float32 `[len(indices), *observation_shape]`, infos a
-          tuple of `len(indices)` dicts, in the order of `indices`.
-
-        Raises:
-          ValueError: an environment returned a NaN or infinite observation, or one of the
-            wrong shape (the message names the index and the value).
-          IndexError: an index is out of range (negative indices are not allowed).
-          WorkerError: an `ExternalProcess` failed (after all other results were collected).
-        """
-        if indices is None:
-            indices = range(len(self._envs))
-        else:
-            indices = [int(index) for index in np.asarray(indices, dtype=np.int64).reshape(-1)]
-            for index in indices:
-                if not 0 <= index < len(self._envs):
-                    raise IndexError(
-                        f"batch index {index} out of range for a batch of {len(self._envs)}"
-                    )
-        envs = [self._envs[index] for index in indices]
-        seeds = [None if seed is None else int(seed) + index for index in indices]
+    def _reset(self, indices, seed):
+        """Resets the environments at `indices`; infos a tuple of dicts."""
+        envs = [self._envs[index] for index in indices.tolist()]
+        seeds = [None if seed is None else seed + index for index in indices.tolist()]
         if self._blocking:
             results = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
         else:
@@ -143,8 +77,6 @@ class BatchEnv:
                 env.reset(seed=s, blocking=False) for env, s in zip(envs, seeds, strict=True)
             ]
             results = _collect(promises)
-        if not results:
-            return np.zeros((0, *self._observ_shape), np.float32), ()
         observs, infos = zip(*results, strict=True)
         return self._stack_observations(observs, indices), tuple(infos)
 
@@ -160,14 +92,9 @@ class BatchEnv:
         if error is not None:
             raise error
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
     def _stack_observations(self, observs, indices):
-        """Stacks observations into float32 `[len(observs), *shape]` and checks them."""
+        """Stacks observations into float32 `[len(observs), *shape]`; raises ValueError for
+        one of the wrong shape."""
         try:
             observ = np.asarray(observs, dtype=np.float32)
             ok_shape = observ.shape[1:] == self._observ_shape
@@ -180,13 +107,8 @@ class BatchEnv:
                         f"env {index} returned an observation of shape {np.shape(value)}, "
                         f"expected {self._observ_shape}: {value!r}"
                     )
-        if not np.isfinite(observ).all():
-            bad = ~np.isfinite(observ.reshape(len(observ), -1)).all(axis=1)
-            position = int(np.flatnonzero(bad)[0])
-            index = list(indices)[position]
-            raise ValueError(
-                f"env {index} returned a non-finite observation: {observs[position]!r}"
-            )
+            raise ValueError(f"the observations cannot be stacked into a float32 array of "
+                             f"shape [n, *{self._observ_shape}]")
         return observ
 
 

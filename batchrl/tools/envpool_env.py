@@ -9,7 +9,17 @@ import warnings
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["EnvPoolBatchEnv", "check_task_id", "task_ids"]
+from batchrl.tools.base_batch_env import BaseBatchEnv
+
+__all__ = ["EnvPoolBatchEnv", "check_task_id", "resolve_options", "task_ids"]
+
+# Options of `envpool.make_gymnasium` that `EnvPoolBatchEnv` sets itself, and why.
+_MANAGED = {
+    "num_envs": "it is the batch size (config key num_agents)",
+    "batch_size": "batches are stepped synchronously",
+    "seed": "environment i is seeded with seed + i (config key seed)",
+    "env_seed": "environment i is seeded with seed + i (config key seed)",
+    "gym_reset_return_info": "reset returns infos"}
 
 
 def task_ids():
@@ -36,6 +46,54 @@ def episode_limit(task_id):
     return int(envpool.make_spec(task_id).config.max_episode_steps)
 
 
+def resolve_options(task_id, num_threads, max_episode_steps, options):
+    """The settings of an `EnvPoolBatchEnv` (see its arguments), from the arguments and the
+    task options `options` (dict or None).
+
+    Returns:
+      `(num_threads, max_episode_steps, options)`: ints >= 1 (`num_threads` None when
+      neither gives it; `max_episode_steps` the task's own when neither gives it), and a
+      new dict of the other options.
+
+    Raises:
+      ValueError: the task has no option of that name (naming close matches), or
+        `EnvPoolBatchEnv` sets it itself (naming the argument that does); `num_threads` or
+        `max_episode_steps` not an int >= 1, or given as an argument and as an option with
+        different values.
+    """
+    import envpool
+
+    options = dict(options or {})
+    known = [key for key in envpool.make_spec(task_id).config._fields if key != "version"]
+    for key in options:
+        if key in _MANAGED:
+            raise ValueError(f"EnvPool option {key!r} is batchrl's to set: {_MANAGED[key]}")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+            hint = f" (close matches: {', '.join(close)})" if close else ""
+            raise ValueError(f"EnvPool task {task_id} has no option {key!r}{hint}; its "
+                             f"options: {', '.join(sorted(set(known) - set(_MANAGED)))}")
+    num_threads = _setting("num_threads", num_threads, options)
+    max_episode_steps = _setting("max_episode_steps", max_episode_steps, options)
+    return num_threads, max_episode_steps or episode_limit(task_id), options
+
+
+def _setting(key, value, options):
+    """The int >= 1 given as the argument `key` (`value`) or as the option `options[key]`
+    (removed from `options`), or None; raises ValueError for a contradiction or a value
+    that is not an int >= 1."""
+    option = options.pop(key, None)
+    for where, given in (("argument", value), ("option", option)):
+        if given is not None and (isinstance(given, bool) or not isinstance(
+                given, int | np.integer) or given < 1):
+            raise ValueError(f"{key} ({where}) must be an int >= 1, got {given!r}")
+    if value is not None and option is not None and int(value) != int(option):
+        raise ValueError(f"{key} given twice: {value} as an argument and {option} as an "
+                         f"EnvPool option")
+    chosen = value if value is not None else option
+    return None if chosen is None else int(chosen)
+
+
 class _Infos(collections.abc.Sequence):
     """The per-environment info dicts of a call, a sequence as long as the batch, built
     from EnvPool's dict of batched arrays only when an element is read."""
@@ -55,16 +113,22 @@ class _Infos(collections.abc.Sequence):
                 if isinstance(value, np.ndarray) and len(value) > row}
 
 
-class EnvPoolBatchEnv:
+class EnvPoolBatchEnv(BaseBatchEnv):
     """`num_envs` environments of one EnvPool task, stepped by EnvPool's C++ thread pool
     (synchronous mode: every call steps or resets the given environments and returns when
-    all are done), with the interface and guarantees of `BatchEnv`:
+    all are done), with the interface and guarantees of `BatchEnv` (`BaseBatchEnv`'s `step`
+    and `reset` and their checks):
 
     - no hidden auto-reset: an environment whose episode ended must be reset with
       `reset(indices)` before it is stepped again (EnvPool would otherwise replace its next
-      step by a reset); stepping it raises RuntimeError instead;
-    - `terminated` and `truncated` (the time limit) come apart, and the step that ends an
-      episode returns the episode's final observation;
+      step by a reset); stepping it raises RuntimeError instead. An environment that
+      returned a NaN or infinite value (ValueError) counts as ended too;
+    - `terminated` and `truncated` (the time limit) come apart as in Gymnasium's
+      `TimeLimit`: the step that reaches `max_episode_steps` is truncated, and terminated
+      too when the task ends there (EnvPool itself would report it truncated only, so its
+      own limit is set one step beyond, never reached, and the limit is applied here from
+      its `elapsed_step`); the step that ends an episode returns the episode's final
+      observation;
     - observations are float32 (a `Dict` observation of a DeepMind Control task is
       flattened: its arrays concatenated in key order); a `Box` action space with finite
       bounds is declared as `Box(-1, 1)`, and actions are clipped to it and mapped linearly
@@ -78,14 +142,21 @@ class EnvPoolBatchEnv:
       task_id: an EnvPool task id, e.g. "HalfCheetah-v5", "CheetahRun-v1"
         (`envpool.list_all_envs()`).
       num_envs: int >= 1, the batch size `B`.
-      num_threads: EnvPool's worker threads; None: `os.cpu_count()`.
+      num_threads: EnvPool's worker threads (int >= 1); None: `kwargs["num_threads"]` if
+        given, else `os.cpu_count()`.
       seed: int, the seed of environment 0.
-      max_episode_steps: the episode length limit; None: the task's own.
-      kwargs: dict of further keyword arguments of `envpool.make_gymnasium`.
+      max_episode_steps: the episode length limit (int >= 1); None:
+        `kwargs["max_episode_steps"]` if given, else the task's own.
+      kwargs: dict of further options of the task (`envpool.make_spec(task_id).config`),
+        passed to `envpool.make_gymnasium`.
 
     Raises:
-      ValueError: an unknown task id (naming close matches), `num_envs` < 1, or an
-        observation or action space this contract does not support.
+      ValueError: an unknown task id (naming close matches), `num_envs` < 1, an invalid
+        `num_threads` or `max_episode_steps`, an option in `kwargs` that the task does not
+        have or that this class sets itself (`num_envs`, `batch_size`, `seed`, `env_seed`,
+        `gym_reset_return_info`), `num_threads` or `max_episode_steps` given both as an
+        argument and in `kwargs` with different values, or an observation or action space
+        this contract does not support.
     """
 
     def __init__(self, task_id, num_envs, num_threads=None, seed=0, max_episode_steps=None,
@@ -94,18 +165,19 @@ class EnvPoolBatchEnv:
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self._task_id = task_id
+        num_threads, self._limit, self._options = resolve_options(
+            task_id, num_threads, max_episode_steps, kwargs)
+        self._options["num_threads"] = num_threads or os.cpu_count() or 1
+        # EnvPool's own limit is never reached: an episode ends here at `self._limit`.
+        self._options["max_episode_steps"] = self._limit + 1
         self._num_envs = int(num_envs)
-        self._options = dict(kwargs or {})
-        self._options["num_threads"] = int(num_threads or os.cpu_count() or 1)
-        if max_episode_steps:
-            self._options["max_episode_steps"] = int(max_episode_steps)
         self._pool = None
         self._build(int(seed))
-        self._observation_space, self._keys = _observation_space(self._pool_spaces[0])
-        self._action_space, self._action_low, self._action_high = _action_space(
+        observation_space, self._keys = _observation_space(self._pool_spaces[0])
+        action_space, self._action_low, self._action_high = _action_space(
             self._pool_spaces[1])
-        self._action_shape = (self._num_envs, *self._action_space.shape)
-        self._all = np.arange(self._num_envs, dtype=np.int32)
+        self._init_contract(self._num_envs, observation_space, action_space)
+        self._all = self._all_indices.astype(np.int32)
 
     def _build(self, seed):
         import envpool
@@ -123,19 +195,9 @@ class EnvPoolBatchEnv:
         # True: the episode ended (or never began); the environment must be reset.
         self._done = np.ones(self._num_envs, bool)
 
-    def __len__(self):
-        """The batch size `B`."""
-        return self._num_envs
-
     def __getitem__(self, index):
         raise TypeError("an EnvPool batch has no per-environment objects; use the batch's "
                         "step and reset with indices")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     @property
     def task_id(self):
@@ -143,47 +205,32 @@ class EnvPoolBatchEnv:
         return self._task_id
 
     @property
-    def observation_space(self):
-        """The observation space of one environment: a float32 `Box`."""
-        return self._observation_space
+    def max_episode_steps(self):
+        """The episode length limit in steps (int)."""
+        return self._limit
 
     @property
-    def action_space(self):
-        """The action space of one environment: `Box(-1, 1)` or `Discrete`."""
-        return self._action_space
+    def num_threads(self):
+        """EnvPool's worker threads (int)."""
+        return self._options["num_threads"]
 
     @property
     def blocking(self):
         """True: every call returns once EnvPool has stepped or reset the environments."""
         return True
 
-    def step(self, actions):
-        """Steps all environments once.
-
-        Args:
-          actions: array-like `[B, *action_shape]` (`[B]` integers for `Discrete`).
-
-        Returns:
-          `(observ, reward, terminated, truncated, infos)` as `BatchEnv.step`: float32
-          `[B, *observation_shape]`, float32 `[B]`, bool `[B]`, bool `[B]`, and a sequence of
-          `B` dicts (EnvPool's per-environment info values, built when read).
+    def _step(self, actions):
+        """Steps all environments; infos a sequence of `B` dicts (EnvPool's per-environment
+        info values, built when read).
 
         Raises:
-          ValueError: `actions` has the wrong shape, or a NaN or infinite observation or
-            reward came back (naming the environment).
           RuntimeError: an environment's episode ended and it was not reset since (or it
-            was never reset).
+            was never reset, or it returned a non-finite value).
         """
-        actions = np.asarray(actions)
-        if actions.shape != self._action_shape:
-            raise ValueError(
-                f"expected actions of shape {self._action_shape} (batch size "
-                f"{self._num_envs}, action shape {self._action_space.shape}), got shape "
-                f"{actions.shape}")
         if self._done.any():
             index = int(np.flatnonzero(self._done)[0])
             raise RuntimeError(
-                f"env {index} ({self._task_id}): its episode ended or never began; reset it "
+                f"{self._env_name(index)}: its episode ended or never began; reset it "
                 f"before stepping (EnvPool would reset it in place of this step)")
         if self._action_low is not None:
             actions = self._action_low + (np.clip(actions, -1.0, 1.0) + 1.0) * 0.5 * (
@@ -191,54 +238,35 @@ class EnvPoolBatchEnv:
         self._fresh = False
         observ, reward, terminated, truncated, info = self._pool.step(actions, self._all)
         order = _order(info, self._all)
-        observ = self._observ(observ, order, self._all)
+        observ = self._observ(observ, order)
         reward = np.asarray(reward, np.float32)[order]
-        _check_finite("reward", reward, self._all, self._task_id)
         terminated = np.asarray(terminated, bool)[order]
-        truncated = np.asarray(truncated, bool)[order]
+        # EnvPool's own truncation: a task's internal time limit (DeepMind Control's).
+        truncated = (np.asarray(truncated, bool)[order]
+                     | (np.asarray(info["elapsed_step"])[order] >= self._limit))
         self._done = terminated | truncated
         return observ, reward, terminated, truncated, _Infos(info, order, self._num_envs)
 
-    def reset(self, indices=None, seed=None):
-        """Resets the environments at the given batch indices, and only those.
-
-        Args:
-          indices: sequence or 1-D integer array of batch indices; all if None.
-          seed: optional int: environment `i` then begins from seed `seed + i`. EnvPool
-            seeds when it builds the pool, so this builds it again, and `indices` must be
-            None (or every index).
-
-        Returns:
-          `(observ, infos)`: float32 `[len(indices), *observation_shape]` and a sequence of
-          `len(indices)` dicts, in the order of `indices`.
+    def _reset(self, indices, seed):
+        """Resets the environments at `indices`; infos a sequence of dicts.
 
         Raises:
-          IndexError: an index is out of range.
-          ValueError: `seed` with only some of the indices; a NaN or infinite observation.
+          ValueError: `seed` with only some of the indices (EnvPool seeds its environments
+            when it builds the pool, so a seeded reset builds it again).
         """
-        if indices is None:
-            indices = self._all
-        else:
-            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            for index in indices:
-                if not 0 <= index < self._num_envs:
-                    raise IndexError(f"batch index {index} out of range for a batch of "
-                                     f"{self._num_envs}")
-            indices = indices.astype(np.int32)
+        indices = indices.astype(np.int32)
         if seed is not None:
-            if sorted(indices.tolist()) != self._all.tolist():
+            if len(indices) != self._num_envs:
                 raise ValueError(
                     f"EnvPool seeds its environments when it builds the pool: reset with a "
                     f"seed resets all {self._num_envs} environments, got indices "
                     f"{indices.tolist()}")
-            if not (self._fresh and int(seed) == self._seed):
-                self._build(int(seed))
-        if not len(indices):
-            return np.zeros((0, *self._observation_space.shape), np.float32), ()
+            if not (self._fresh and seed == self._seed):
+                self._build(seed)
         self._fresh = False
         observ, info = self._pool.reset(indices)
         order = _order(info, indices)
-        observ = self._observ(observ, order, indices)
+        observ = self._observ(observ, order)
         self._done[indices] = False
         return observ, _Infos(info, order, len(indices))
 
@@ -248,13 +276,21 @@ class EnvPoolBatchEnv:
             self._pool.close()
             self._pool = None
 
-    def _observ(self, observ, order, indices):
+    def _on_error(self, error, indices):
+        """The environments that returned non-finite values must be reset (see the
+        class)."""
+        self._done[indices] = True
+        raise error
+
+    def _env_name(self, index):
+        return f"env {index} ({self._task_id})"
+
+    def _observ(self, observ, order):
         if self._keys is not None:
             observ = np.concatenate(
-                [np.reshape(observ[key], (len(indices), -1)) for key in self._keys], axis=1)
-        observ = np.asarray(observ, np.float32)[order]
-        _check_finite("observation", observ, indices, self._task_id)
-        return observ
+                [np.reshape(observ[key], (len(observ[key]), -1)) for key in self._keys],
+                axis=1)
+        return np.asarray(observ, np.float32)[order]
 
 
 @contextlib.contextmanager
@@ -272,14 +308,6 @@ def _order(info, indices):
         return slice(None)
     position = {int(env): row for row, env in enumerate(env_id)}
     return np.array([position[int(index)] for index in indices])
-
-
-def _check_finite(name, values, indices, task_id):
-    finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"env {int(indices[row])} ({task_id}) returned a non-finite "
-                         f"{name}: {values[row]!r}")
 
 
 def _observation_space(space):

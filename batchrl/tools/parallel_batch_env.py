@@ -36,6 +36,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from batchrl.tools import env_group
+from batchrl.tools.base_batch_env import BaseBatchEnv
 from batchrl.tools.wrappers import ExternalProcess, WorkerError
 
 __all__ = ["ParallelBatchEnv"]
@@ -44,23 +45,28 @@ __all__ = ["ParallelBatchEnv"]
 _POLL_SLICE_MS = 500
 
 
-class ParallelBatchEnv:
+class ParallelBatchEnv(BaseBatchEnv):
     """`B` environments stepped together by `W` worker processes, each hosting several.
 
-    Same interface and semantics as `BatchEnv` (`step`, `reset`, `len`, `observation_space`,
-    `action_space`, `close`, context manager, `blocking` False), except:
+    Same interface and semantics as `BatchEnv` (`BaseBatchEnv`'s `step` and `reset` with
+    their checks, `len`, `observation_space`, `action_space`, `close`, context manager,
+    `blocking` False), except:
 
     - infos are not transported: `step` and `reset` return tuples of empty dicts;
     - observations, rewards, flags and actions go through shared memory, and the workers are
       told what to do with single bytes on pipes (see the module docstring): a batch step
       costs one tiny message exchange per worker instead of a pickled round trip per
       environment;
+    - actions are converted to the action space's dtype in shared memory; each environment
+      receives its row (a NumPy array, or a NumPy integer for `Discrete`), a private copy;
     - a failure coming from the environments or the workers (an exception in an environment,
       a dead or hung worker, a non-finite or misshapen result, an interrupt while waiting
       for the workers) closes the whole batch before it is raised: every worker is ended and
       the shared memory unlinked; later calls raise `WorkerError`. Mistakes of the caller
-      (actions of the wrong shape or dtype, bad indices) do not;
-    - `reset` rejects repeated indices.
+      (actions of the wrong shape, dtype or value, bad indices) do not. `step` and `reset`
+      raise `WorkerError` when an environment raised (the message names its batch index
+      and contains the worker's traceback), a worker died or did not answer within
+      `timeout`, or the batch is closed; ValueError for an observation of the wrong shape.
 
     Environment `i` (a batch index) lives in worker `k` when it belongs to `k`'s contiguous
     group (`groups`); groups differ in size by at most one. Workers are `ExternalProcess`es:
@@ -141,23 +147,9 @@ class ParallelBatchEnv:
 
     # Public interface.
 
-    def __len__(self):
-        """The batch size `B`."""
-        return self._num_envs
-
     def __repr__(self):
         return (f"ParallelBatchEnv({self._default_label}, num_envs={self._num_envs}, "
                 f"num_workers={len(self._groups)})")
-
-    @property
-    def observation_space(self):
-        """The observation space shared by all environments (of a single environment)."""
-        return self._observation_space
-
-    @property
-    def action_space(self):
-        """The action space shared by all environments (of a single environment)."""
-        return self._action_space
 
     @property
     def blocking(self):
@@ -179,99 +171,22 @@ class ParallelBatchEnv:
         """The batch indices each worker hosts: a tuple of `range`s, one per worker."""
         return tuple(range(first, first + count) for first, count in self._groups)
 
-    def step(self, actions):
-        """Steps all environments once.
-
-        Args:
-          actions: array-like `[B, *action_shape]`, one action per environment (`[B]`
-            integers for a `Discrete` action space). Converted to the action space's dtype
-            (e.g. float32) in shared memory; each environment receives its row (a NumPy
-            array, or a NumPy integer for `Discrete`), a private copy.
-
-        Returns:
-          `(observ, reward, terminated, truncated, infos)`: observ float32
-          `[B, *observation_shape]`, reward float32 `[B]`, terminated bool `[B]`, truncated
-          bool `[B]` (new arrays, the caller may keep them), infos a tuple of `B` empty
-          dicts (infos are not transported).
-
-        Raises:
-          ValueError: `actions` does not have shape `[B, *action_shape]` or cannot be
-            converted to the action space's dtype (the batch stays usable); or an
-            environment returned a NaN or infinite observation or reward, or an
-            observation of the wrong shape (the message names the index and the value).
-          WorkerError: an environment raised in `step` (the message names its batch index
-            and contains the worker's traceback), a worker died or did not answer within
-            `timeout`, or the batch is closed.
-        """
+    def _step(self, actions):
+        """Steps all environments through shared memory; returns new arrays (the caller may
+        keep them) and a tuple of `B` empty dicts."""
         if self._closed is not None:
             raise WorkerError(f"{self!r}: {self._closed}")
-        actions = np.asarray(actions)
-        if actions.shape != self._action_batch_shape:
-            raise ValueError(
-                f"expected actions of shape {self._action_batch_shape} (batch size "
-                f"{self._num_envs}, action shape {self._action_space.shape}), "
-                f"got shape {actions.shape}"
-            )
-        try:
-            np.copyto(self._action, actions, casting="same_kind")
-        except TypeError:
-            raise ValueError(
-                f"expected actions convertible to {self._action.dtype} (the action space's "
-                f"dtype), got dtype {actions.dtype}"
-            ) from None
+        np.copyto(self._action, actions, casting="same_kind")
         self._exchange(self._all_workers, env_group.STEP)
         memory = self._memory
-        observ = memory.observ.copy()
-        reward = memory.reward.copy()
-        if not np.isfinite(observ).all():
-            self._fail(ValueError(self._non_finite_observation(observ, range(self._num_envs))))
-        if not np.isfinite(reward).all():
-            index = int(np.flatnonzero(~np.isfinite(reward))[0])
-            self._fail(ValueError(
-                f"env {index} returned a non-finite reward: {float(reward[index])!r}"))
-        return (observ, reward, memory.terminated.copy(), memory.truncated.copy(),
-                tuple([{} for _ in range(self._num_envs)]))
+        return (memory.observ.copy(), memory.reward.copy(), memory.terminated.copy(),
+                memory.truncated.copy(), tuple([{} for _ in range(self._num_envs)]))
 
-    def reset(self, indices=None, seed=None):
-        """Resets the environments at the given batch indices, and only those.
-
-        Args:
-          indices: sequence or 1-D integer array of distinct batch indices; all
-            environments if None.
-          seed: optional int; environment `i` (a batch index) is then reset with seed
-            `seed + i`.
-
-        Returns:
-          `(observ, infos)`: observ float32 `[len(indices), *observation_shape]` (a new
-          array) in the order of `indices`, infos a tuple of `len(indices)` empty dicts.
-
-        Raises:
-          IndexError: an index is out of range (negative indices are not allowed).
-          ValueError: an index appears twice; or an environment returned a NaN or infinite
-            observation, or one of the wrong shape (the message names the index and the
-            value).
-          WorkerError: an environment raised in `reset` (the message names its batch index
-            and contains the worker's traceback), a worker died or did not answer within
-            `timeout`, or the batch is closed.
-        """
+    def _reset(self, indices, seed):
+        """Resets the environments at `indices` in their workers; returns a new array in the
+        order of `indices` and a tuple of empty dicts."""
         if self._closed is not None:
             raise WorkerError(f"{self!r}: {self._closed}")
-        if indices is None:
-            indices = np.arange(self._num_envs)
-        else:
-            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            for index in indices.tolist():
-                if not 0 <= index < self._num_envs:
-                    raise IndexError(
-                        f"batch index {index} out of range for a batch of {self._num_envs}")
-            values, counts = np.unique(indices, return_counts=True)
-            if (counts > 1).any():
-                raise ValueError(
-                    f"batch index {int(values[counts > 1][0])} appears more than once in "
-                    f"the indices to reset: {indices.tolist()}")
-        seed = None if seed is None else int(seed)
-        if not len(indices):
-            return np.zeros((0, *self._observ_shape), np.float32), ()
         owners = self._owner[indices]
         workers, messages = [], {}
         for worker in np.unique(owners).tolist():
@@ -281,8 +196,6 @@ class ParallelBatchEnv:
             messages[worker] = env_group.RESET + env_group.framed(pickle.dumps((local, seed)))
         self._exchange(workers, messages)
         observ = self._memory.observ[indices]  # A copy, in the order of `indices`.
-        if not np.isfinite(observ).all():
-            self._fail(ValueError(self._non_finite_observation(observ, indices.tolist())))
         return observ, tuple([{} for _ in range(len(indices))])
 
     def close(self):
@@ -291,12 +204,6 @@ class ParallelBatchEnv:
         Idempotent; never raises for workers that already died.
         """
         self._close("the batch is closed")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
 
     # Start-up.
 
@@ -318,26 +225,10 @@ class ParallelBatchEnv:
         described = [entry for reply in replies for entry in reply["envs"]]
         if self._name is None:
             self._labels = [env_id for _, _, env_id in described]
-        self._observation_space, self._action_space, _ = described[0]
-        for index, (observation_space, action_space, _) in enumerate(described):
-            if observation_space != self._observation_space:
-                raise ValueError(
-                    f"observation space of env {index} ({observation_space!r}) differs "
-                    f"from that of env 0 ({self._observation_space!r})"
-                )
-            if action_space != self._action_space:
-                raise ValueError(
-                    f"action space of env {index} ({action_space!r}) differs "
-                    f"from that of env 0 ({self._action_space!r})"
-                )
-        self._observ_shape = _fixed_shape(self._observation_space, "observation")
-        action_shape = _fixed_shape(self._action_space, "action")
-        action_dtype = np.dtype(getattr(self._action_space, "dtype", None) or np.float32)
-        if action_dtype.kind not in "biuf":
-            raise ValueError(f"unsupported action space {self._action_space!r}: "
-                             "its dtype is not numeric")
-        self._action_batch_shape = (self._num_envs, *action_shape)
-        layout = env_group.layout(self._num_envs, self._observ_shape, action_shape, action_dtype)
+        self._init_contract(self._num_envs, *described[0][:2])
+        self._check_spaces(described)
+        layout = env_group.layout(self._num_envs, self._observ_shape,
+                                  self._action_batch_shape[1:], self._action_dtype)
         memory = self._memory
         memory.create(layout)
         self._action = memory.action
@@ -462,11 +353,9 @@ class ParallelBatchEnv:
             f"env {index} returned an observation of shape {shape}, expected "
             f"{self._observ_shape}: {value}")
 
-    def _non_finite_observation(self, observ, indices):
-        bad = ~np.isfinite(observ.reshape(len(observ), -1)).all(axis=1)
-        position = int(np.flatnonzero(bad)[0])
-        return (f"env {list(indices)[position]} returned a non-finite observation: "
-                f"{observ[position]!r}")
+    def _on_error(self, error, indices):
+        """A non-finite result closes the batch (see the class)."""
+        self._fail(error)
 
     def _fail(self, error):
         """Closes the batch after a failure, then raises `error`."""
@@ -588,13 +477,6 @@ def _exists(pid):
     except PermissionError:
         return True
     return True
-
-
-def _fixed_shape(space, what):
-    shape = getattr(space, "shape", None)
-    if not isinstance(shape, tuple) or not all(isinstance(n, int) for n in shape):
-        raise ValueError(f"unsupported {what} space {space!r}: it has no fixed shape")
-    return shape
 
 
 def _describe(constructor):

@@ -23,7 +23,8 @@ import weakref
 import numpy as np
 
 from batchrl.tools import ray_connection
-from batchrl.tools.parallel_batch_env import _describe, _fixed_shape
+from batchrl.tools.base_batch_env import BaseBatchEnv
+from batchrl.tools.parallel_batch_env import _describe
 from batchrl.tools.ray_connection import RayUnavailable
 from batchrl.tools.ray_env_group import RAISED, EnvGroup, Problem
 from batchrl.tools.wrappers import WorkerError
@@ -37,12 +38,14 @@ class NotEnoughCPUs(ValueError):
     """The actors ask for more CPUs than the Ray cluster has."""
 
 
-class RayBatchEnv:
+class RayBatchEnv(BaseBatchEnv):
     """`B` environments stepped together by `W` Ray actors, each hosting a contiguous group.
 
-    Same interface and semantics as `ParallelBatchEnv` (`step`, `reset` of chosen indices
-    with seeds, `len`, `observation_space`, `action_space`, `close`, context manager,
-    `blocking` False, infos not transported, the same errors naming the environments), with
+    Same interface and semantics as `ParallelBatchEnv` (`BaseBatchEnv`'s `step` and `reset`
+    of chosen indices with seeds and their checks, `len`, `observation_space`,
+    `action_space`, `close`, context manager, `blocking` False, infos not transported, the
+    same errors naming the environments; actions converted to the action space's dtype,
+    each actor receiving its rows), with
     the actors placed by Ray: on this machine or on any node of a cluster (Ray's `SPREAD`
     strategy spreads them over the nodes).
 
@@ -131,29 +134,9 @@ class RayBatchEnv:
 
     # Public interface.
 
-    def __len__(self):
-        """The batch size `B`."""
-        return self._num_envs
-
     def __repr__(self):
         return (f"RayBatchEnv({self._label}, num_envs={self._num_envs}, "
                 f"num_workers={len(self._groups)})")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-    @property
-    def observation_space(self):
-        """The observation space shared by all environments (of a single environment)."""
-        return self._observation_space
-
-    @property
-    def action_space(self):
-        """The action space shared by all environments (of a single environment)."""
-        return self._action_space
 
     @property
     def blocking(self):
@@ -191,38 +174,15 @@ class RayBatchEnv:
         actor was restarted), or None when `restarts` is 0 (nothing is ever cut short)."""
         return self._interrupted.copy() if self._max_restarts else None
 
-    def step(self, actions):
-        """Steps all environments once.
+    def _step(self, actions):
+        """Steps every actor's group; returns new arrays and `B` empty dicts.
 
-        Args:
-          actions: array-like `[B, *action_shape]` (`[B]` integers for `Discrete`),
-            converted to the action space's dtype; each actor receives its rows.
-
-        Returns:
-          `(observ, reward, terminated, truncated, infos)`: float32 `[B, *observation_shape]`,
-          float32 `[B]`, bool `[B]`, bool `[B]` (new arrays) and `B` empty dicts.
-
-        Raises:
-          ValueError: `actions` has the wrong shape or dtype (the batch stays usable); an
-            environment returned a NaN or infinite value or an observation of the wrong
-            shape (naming its index).
-          WorkerError: an environment raised (naming its index, with the actor's
-            traceback), an actor died or hung with no restart left, or the batch is closed.
+        An actor restarted during the step gives its environments' new first observations,
+        reward 0, terminated False and truncated True (`interrupted`).
         """
         if self._closed is not None:
             raise WorkerError(f"{self!r}: {self._closed}")
-        actions = np.asarray(actions)
-        if actions.shape != self._action_batch_shape:
-            raise ValueError(
-                f"expected actions of shape {self._action_batch_shape} (batch size "
-                f"{self._num_envs}, action shape {self._action_space.shape}), "
-                f"got shape {actions.shape}")
-        try:
-            actions = actions.astype(self._action_dtype, casting="same_kind", copy=False)
-        except TypeError:
-            raise ValueError(
-                f"expected actions convertible to {self._action_dtype} (the action space's "
-                f"dtype), got dtype {actions.dtype}") from None
+        actions = actions.astype(self._action_dtype, casting="same_kind", copy=False)
         calls = {k: ("step", (actions[first:first + count],))
                  for k, (first, count) in enumerate(self._groups)}
         results, restarted = self._call(calls)
@@ -242,53 +202,21 @@ class RayBatchEnv:
             terminated[interrupted] = False
             truncated[interrupted] = True
         self._interrupted = interrupted
-        self._check_finite(observ, range(self._num_envs), "observation")
-        self._check_finite(reward, range(self._num_envs), "reward")
         return observ, reward, terminated, truncated, tuple({} for _ in range(self._num_envs))
 
-    def reset(self, indices=None, seed=None):
-        """Resets the environments at the given batch indices, and only those.
-
-        Args:
-          indices: sequence or 1-D integer array of distinct batch indices; all if None.
-          seed: optional int; environment `i` (a batch index) is then reset with seed
-            `seed + i`.
-
-        Returns:
-          `(observ, infos)`: float32 `[len(indices), *observation_shape]` (a new array) in
-          the order of `indices`, and `len(indices)` empty dicts.
-
-        Raises:
-          IndexError: an index is out of range (negative indices are not allowed).
-          ValueError: an index appears twice; an environment returned a NaN or infinite
-            observation or one of the wrong shape (naming its index).
-          WorkerError: as for `step`.
-        """
+    def _reset(self, indices, seed):
+        """Resets the environments at `indices` in their actors; returns a new array in the
+        order of `indices` and empty dicts."""
         if self._closed is not None:
             raise WorkerError(f"{self!r}: {self._closed}")
-        if indices is None:
-            indices = np.arange(self._num_envs)
-        else:
-            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            for index in indices.tolist():
-                if not 0 <= index < self._num_envs:
-                    raise IndexError(
-                        f"batch index {index} out of range for a batch of {self._num_envs}")
-            values, counts = np.unique(indices, return_counts=True)
-            if (counts > 1).any():
-                raise ValueError(
-                    f"batch index {int(values[counts > 1][0])} appears more than once in "
-                    f"the indices to reset: {indices.tolist()}")
         if seed is not None:
-            self._seed = int(seed)
-        if not len(indices):
-            return np.zeros((0, *self._observ_shape), np.float32), ()
+            self._seed = seed
         ordered = np.sort(indices)
         owners = self._owner[ordered]
         calls = {}
         for k in np.unique(owners).tolist():
             local = (ordered[owners == k] - self._groups[k][0]).tolist()
-            calls[k] = ("reset", (local, None if seed is None else int(seed)))
+            calls[k] = ("reset", (local, seed))
         results, restarted = self._call(calls)
         for k in restarted:  # Fresh observations of the whole group: keep the requested.
             first, count = self._groups[k]
@@ -299,7 +227,6 @@ class RayBatchEnv:
         observ = np.concatenate([results[k] for k in calls])[
             np.searchsorted(ordered, indices)]
         self._pending[indices] = False
-        self._check_finite(observ, indices.tolist(), "observation")
         return observ, tuple({} for _ in range(len(indices)))
 
     def close(self):
@@ -345,31 +272,14 @@ class RayBatchEnv:
             self._label = described[0][2]
             self._names = [name.rsplit(" (", 1)[0] + f" ({self._label})"
                            for name in self._names]
-        self._observation_space, self._action_space, _ = described[0]
-        self._check_spaces(described, 0)
-        self._observ_shape = _fixed_shape(self._observation_space, "observation")
-        action_shape = _fixed_shape(self._action_space, "action")
-        self._action_dtype = np.dtype(getattr(self._action_space, "dtype", None) or np.float32)
-        if self._action_dtype.kind not in "biuf":
-            raise ValueError(f"unsupported action space {self._action_space!r}: its dtype "
-                             "is not numeric")
-        self._action_batch_shape = (self._num_envs, *action_shape)
+        self._init_contract(self._num_envs, *described[0][:2])
+        self._check_spaces(described)
 
     def _new_actor(self, k):
         first, count = self._groups[k]
         return self._remote.options(
             num_cpus=self._worker_cpus, scheduling_strategy="SPREAD", max_restarts=0,
             max_task_retries=0).remote(self._constructor, first, count)
-
-    def _check_spaces(self, described, first):
-        for index, (observation_space, action_space, _) in enumerate(described, first):
-            for what, space, reference in (
-                    ("observation", observation_space, self._observation_space),
-                    ("action", action_space, self._action_space)):
-                if space != reference:
-                    raise ValueError(
-                        f"{what} space of env {index} ({space!r}) differs from that of "
-                        f"env 0 ({reference!r})")
 
     # Calls and faults.
 
@@ -472,12 +382,9 @@ class RayBatchEnv:
         return ValueError(f"env {problem.index} returned an observation of shape "
                           f"{problem.what}, expected {self._observ_shape}: {problem.text}")
 
-    def _check_finite(self, values, indices, what):
-        finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
-        if not finite.all():
-            position = int(np.flatnonzero(~finite)[0])
-            self._fail(ValueError(f"env {list(indices)[position]} returned a non-finite "
-                                  f"{what}: {values[position]!r}"))
+    def _on_error(self, error, indices):
+        """A non-finite result closes the batch (see the class)."""
+        self._fail(error)
 
     def _fail(self, error):
         """Closes the batch after a failure, then raises `error`."""

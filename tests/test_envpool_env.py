@@ -1,0 +1,150 @@
+"""The EnvPool backend against Gymnasium and the config: `terminated` at the time limit,
+settings in `env_kwargs`, and the episode bookkeeping after an error (issue 31, items 1, 4
+and 5). The checks every backend shares are in test_batch_env_contract.py."""
+
+import numpy as np
+import pytest
+
+from batchrl import configs, environments
+from batchrl.tools import envpool_env
+from batchrl.tools.envpool_env import EnvPoolBatchEnv
+
+
+def _twin(task, limit, seed, observ):
+    """Gymnasium's environment of `task` as batchrl builds it (`environments.create`), put
+    in the state whose observation is `observ`: EnvPool and Gymnasium draw different reset
+    noise from the same seed, but Hopper's and HalfCheetah's observations are the whole
+    state but the x position, on which the dynamics do not depend."""
+    env = environments.create(task, limit)
+    env.reset(seed=seed)
+    nq = env.unwrapped.model.nq
+    env.unwrapped.set_state(np.concatenate([[0.0], observ[:nq - 1]]), observ[nq - 1:])
+    return env
+
+
+@pytest.mark.parametrize("limit", [27, 100, None])
+@pytest.mark.parametrize("task", ["Hopper-v5", "HalfCheetah-v5"])
+def test_flags_agree_with_gymnasium_through_the_time_limit(task, limit):
+    # Env i acts with the random stream of seed i. Hopper then falls at steps 27, 13, 15 and
+    # 15: with a limit of 27, env 0 falls on the last allowed step (EnvPool 1.2.5 says
+    # truncated only, Gymnasium's TimeLimit terminated and truncated). HalfCheetah never
+    # falls: every episode is truncated at the limit.
+    steps = limit or envpool_env.episode_limit(task)
+    with EnvPoolBatchEnv(task, 4, num_threads=1, max_episode_steps=limit) as batch_env:
+        observ, _ = batch_env.reset(seed=0)
+        twins = [_twin(task, steps, i, observ[i]) for i in range(4)]
+        shape = batch_env.action_space.shape
+        streams = [np.random.default_rng(i) for i in range(4)]
+        ends = [None] * 4
+        for step in range(1, steps + 1):
+            actions = np.stack([rng.uniform(-1, 1, shape) for rng in streams])
+            observ, _, terminated, truncated, _ = batch_env.step(actions.astype(np.float32))
+            for i in range(4):
+                if ends[i] is not None:
+                    continue
+                twin_observ, _, twin_terminated, twin_truncated, _ = twins[i].step(
+                    actions[i].astype(np.float32))
+                assert (terminated[i], truncated[i]) == (twin_terminated, twin_truncated), (
+                    f"env {i}, step {step}")
+                if task == "Hopper-v5":  # The same trajectory (HalfCheetah's is chaotic).
+                    np.testing.assert_allclose(observ[i], twin_observ, atol=1e-4)
+                if twin_terminated or twin_truncated:
+                    ends[i] = (step, bool(twin_terminated), bool(twin_truncated))
+            ended = np.flatnonzero(terminated | truncated)
+            if all(ends):
+                break
+            batch_env.reset(ended)  # Ends no longer compared: the batch steps on.
+    if task == "Hopper-v5":
+        assert ends == [(27, True, limit == 27), (13, True, False), (15, True, False),
+                        (15, True, False)]
+    else:
+        assert ends == [(steps, False, True)] * 4
+
+
+def _envpool_config(*overrides):
+    return configs.load("pendulum", ["env=envpool:Pendulum-v1", "num_agents=2",
+                                     "num_workers=null", *overrides])
+
+
+def test_env_kwargs_max_episode_steps_sets_the_episode_length():
+    config = _envpool_config("env_kwargs={max_episode_steps: 300}", "max_length=null")
+    assert environments.episode_limit(config) == 300  # Sizes the memory (build.py).
+    batch_env = environments.create_batch(config)
+    try:
+        for step in range(1, 301):
+            *_, terminated, truncated, _ = batch_env.step(np.zeros((2, 1)))
+            assert not terminated.any() and truncated.all() == (step == 300), step
+            assert truncated.any() == (step == 300)
+    finally:
+        batch_env.close()
+
+
+def test_env_kwargs_num_threads_is_respected():
+    batch_env = environments.create_batch(_envpool_config("env_kwargs={num_threads: 3}"))
+    try:
+        assert batch_env._pool.config["num_threads"] == 3  # EnvPool's own record.
+        assert batch_env.num_threads == 3
+    finally:
+        batch_env.close()
+    batch_env = environments.create_batch(_envpool_config("num_workers=1"))
+    try:
+        assert batch_env._pool.config["num_threads"] == 1
+    finally:
+        batch_env.close()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["env_kwargs={max_episode_steps: 300}", "max_length=500"],
+     r"^config keys 'max_length' \(500\) and 'env_kwargs' \(max_episode_steps: 300\) "
+     r"contradict each other"),
+    (["env_kwargs={num_threads: 4}", "num_workers=2"],
+     r"^config keys 'num_workers' \(2\) and 'env_kwargs' \(num_threads: 4\) contradict"),
+    (["env_kwargs={max_episode_step: 300}"],
+     r"^config key 'env_kwargs': EnvPool task Pendulum-v1 has no option 'max_episode_step' "
+     r"\(close matches: max_episode_steps\)"),
+    (["env_kwargs={num_envs: 4}"], r"'num_envs' is batchrl's to set.*num_agents"),
+    (["env_kwargs={num_threads: -3}"], r"num_threads \(option\) must be an int >= 1"),
+])
+def test_contradicting_or_unknown_env_kwargs_are_one_line_config_errors(overrides, message):
+    config = _envpool_config(*overrides)
+    for call in (environments.episode_limit, environments.create_batch):
+        with pytest.raises(configs.ConfigError, match=message) as caught:
+            call(config)
+        assert "\n" not in str(caught.value)
+    # The same settings given to the class directly.
+    with pytest.raises(ValueError, match="given twice: 2 as an argument and 4"):
+        EnvPoolBatchEnv("Pendulum-v1", 2, num_threads=2, kwargs={"num_threads": 4})
+
+
+def test_non_finite_value_and_ended_episodes_must_be_reset_before_stepping():
+    # Envs 1 and 2 reach the time limit in the step in which env 0 returns a NaN
+    # observation: after the ValueError, none of them may be stepped before a reset (EnvPool
+    # would silently reset them in place of the step).
+    zeros = np.zeros((3, 1), np.float32)
+    with EnvPoolBatchEnv("Pendulum-v1", 3, num_threads=1, max_episode_steps=3) as batch_env:
+        batch_env.reset(seed=0)
+        batch_env.step(zeros)
+        batch_env.step(zeros)
+        batch_env.reset([0])
+        pool_step = batch_env._pool.step
+
+        def poisoned_step(*args):
+            observ, *rest = pool_step(*args)
+            observ = np.array(observ)
+            observ[0, 1] = np.nan  # EnvPool's row 0 is env 0 (synchronous mode).
+            return observ, *rest
+
+        batch_env._pool.step = poisoned_step
+        with pytest.raises(ValueError, match=r"env 0 \(Pendulum-v1\) returned a non-finite "
+                                             r"observation"):
+            batch_env.step(zeros)
+        batch_env._pool.step = pool_step
+        with pytest.raises(RuntimeError, match=r"env 0 .*reset it before stepping"):
+            batch_env.step(zeros)
+        batch_env.reset([0])
+        with pytest.raises(RuntimeError, match=r"env 1 .*reset it before stepping"):
+            batch_env.step(zeros)
+        batch_env.reset([1, 2])
+        *_, truncated, infos = batch_env.step(zeros)
+        assert [info["elapsed_step"] for info in infos] == [1, 1, 1]  # Stepped, not reset.
+        assert not truncated.any()
