@@ -3,10 +3,13 @@
     .venv/bin/python scripts/fault_injection.py --trials 20 --output docs/faults.md
     .venv/bin/python scripts/fault_injection.py --backend ray --trials 20 \
         --output docs/faults-ray.md
+    .venv/bin/python scripts/fault_injection.py --backend envpool --trials 20 \
+        --output docs/faults-envpool.md
 
-Each trial trains Pendulum (worker processes, or with `--backend ray` Ray actors on a local
-Ray that the trainer starts; short schedule) into a fresh run directory and injects one
-fault, chosen at random:
+Each trial trains Pendulum (worker processes; with `--backend ray` Ray actors on a local
+Ray that the trainer starts; with `--backend envpool` EnvPool's `envpool:Pendulum-v1` in the
+trainer's process; short schedule) into a fresh run directory and injects one fault, chosen
+at random:
 
 - a worker fault at a random step (scripts/fault_envs.py): an exception (`raise`), an exit
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
@@ -18,6 +21,17 @@ fault, chosen at random:
   message that names the environment;
 - with `--backend ray` also `kill-restart`: SIGKILL of an actor at a random step with
   `worker_restarts: 1`; the run must finish (exit code 0) and log one restart;
+- with `--backend envpool`, in place of the worker and environment faults above (EnvPool's
+  environments are C++ in the trainer's process): bad actions given to the batch
+  environment at a random step (scripts/fault_actions.py): NaN for environment 1
+  (`nan-action`), or an action outside `Discrete(2)` for environment 1 of
+  `envpool:CartPole-v1` (`bad-action`, config cartpole); the run must end with exit code
+  1 and one `error: training failed` message naming environment 1 and the action, then
+  the same command without the fault must resume from the latest checkpoint and finish;
+  and `env_kwargs` that EnvPool cannot take (`bad-kwargs`: an unknown option or a bad
+  `num_threads`, refused as config errors with exit code 2, or an option value EnvPool
+  raises on, exit code 1); the run must end with one `error:` message and write nothing
+  into the run directory;
 - a signal to the trainer at a random time, 0-4 s after its first checkpoint: SIGINT or
   SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no chance to clean up,
   possibly while a checkpoint is written); the same command is then run again and must
@@ -51,6 +65,7 @@ import sys
 import tempfile
 import time
 
+from fault_actions import AFTER_VARIABLE, KIND_VARIABLE
 from fault_train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -71,7 +86,20 @@ SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal
 SAVE_FAULTS = ("sigkill-save",)
 FAULT_KINDS = WORKER_FAULTS + ENV_FAULTS + tuple(SIGNALS) + SAVE_FAULTS
 RESTART_FAULTS = ("kill-restart",)  # Only with --backend ray.
-BACKENDS = {"processes": [], "ray": ["--set", "env_backend=ray"]}
+ACTION_FAULTS = ("nan-action", "bad-action")  # Only with --backend envpool.
+KWARGS_FAULTS = ("bad-kwargs",)  # Only with --backend envpool.
+ENVPOOL_NAME = "envpool:Pendulum-v1"
+# `env_kwargs` of the bad-kwargs trials: (value, exit code, part of the error message).
+BAD_KWARGS = (("{bogus_option: 1}", 2, "has no option 'bogus_option'"),
+              ("{num_threads: -3}", 2, "num_threads (option) must be an int >= 1"),
+              ("{max_num_players: two}", 1, "cannot create the environments"))
+BACKENDS = {"processes": [], "ray": ["--set", "env_backend=ray"], "envpool": []}
+# The fault kinds of each backend (the default of --faults).
+BACKEND_FAULTS = {
+    "processes": FAULT_KINDS,
+    "ray": FAULT_KINDS + RESTART_FAULTS,
+    "envpool": ACTION_FAULTS + KWARGS_FAULTS + tuple(SIGNALS) + SAVE_FAULTS,
+}
 TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
 # Seconds processes may take to exit after a run. After a SIGKILL of a trainer that had
 # started a local Ray, Ray's reaper ends its GCS and raylet at once and the actors within
@@ -82,9 +110,15 @@ TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
 LEFTOVER_GRACE = 120.0
 
 
-def _command(logdir, env_args, module="batchrl.scripts.train", backend="processes"):
-    return [sys.executable, "-m", module, "--config=pendulum", f"--logdir={logdir}",
+def _command(logdir, env_args, module="batchrl.scripts.train", backend="processes",
+             config="pendulum"):
+    return [sys.executable, "-m", module, f"--config={config}", f"--logdir={logdir}",
             *SETTINGS, *BACKENDS[backend], *env_args]
+
+
+def _env_name(backend):
+    """The environment of the trials that do not choose their own."""
+    return ENVPOOL_NAME if backend == "envpool" else ENV_NAME
 
 
 def _environment(trial):
@@ -285,11 +319,24 @@ def trial(index, kind, rng, workdir, backend="processes"):
         expected = "training failed" if kind in WORKER_FAULTS else ENV_NAME
         result["ok"] = code == 1 and len(error) == 1 and expected in error[0]
         result["detail"] = f"{where}: exit {code}, {seconds:.0f} s; {summary}"
+    elif kind in ACTION_FAULTS:
+        result.update(_action_trial(kind, rng, logdir, env, backend))
+    elif kind in KWARGS_FAULTS:
+        kwargs, expected_code, expected = rng.choice(BAD_KWARGS)
+        env_args = ["--set", f"env={ENVPOOL_NAME}", "--set", f"env_kwargs={kwargs}"]
+        code, _, stderr, seconds = _run(command(logdir, env_args), env)
+        result["hung"] = code is None
+        error, summary = _error_detail(stderr)
+        written = sorted(path.name for path in logdir.iterdir()) if logdir.exists() else []
+        result["ok"] = (code == expected_code and len(error) == 1 and expected in error[0]
+                        and not written)
+        result["detail"] = (f"env_kwargs {kwargs}: exit {code}, {seconds:.0f} s; {summary}; "
+                            f"files written: {', '.join(written) or 'none'}")
     elif kind in SAVE_FAULTS:
         result.update(_save_trial(index, rng, workdir, logdir, env, backend))
     else:
         delay = rng.uniform(0.0, 4.0)
-        env_args = ["--set", "env=fault_envs:FaultyPendulum"]
+        env_args = ["--set", f"env={_env_name(backend)}"]
         code, stdout, stderr, seconds = _run(command(logdir, env_args), env, delay,
                                              SIGNALS[kind], logdir)
         result["hung"] = code is None
@@ -320,6 +367,38 @@ def trial(index, kind, rng, workdir, backend="processes"):
     return result
 
 
+def _action_trial(kind, rng, logdir, env, backend):
+    """A `nan-action` or `bad-action` trial: bad actions at a random step (exit code 1),
+    then the same command without the fault, which must resume from the latest checkpoint
+    and finish."""
+    after = rng.randint(50, 1500)
+    fault, config, name, expected = (
+        ("nan", "pendulum", ENVPOOL_NAME, "non-finite action") if kind == "nan-action" else
+        ("bad", "cartpole", "envpool:CartPole-v1", "outside the action space Discrete(2)"))
+    command = _command(logdir, ["--set", f"env={name}"], module="fault_actions",
+                       backend=backend, config=config)
+    faulty = dict(env, **{KIND_VARIABLE: fault, AFTER_VARIABLE: str(after)})
+    code, stdout, stderr, seconds = _run(command, faulty)
+    error, summary = _error_detail(stderr)
+    failed = (code == 1 and len(error) == 1 and "error: training failed" in error[0]
+              and "env 1 " in error[0] and expected in error[0])
+    result = {"hung": code is None, "unreadable": not checkpoint_readable(logdir)}
+    latest = _step_of(_index(logdir)[0])
+    reached = _last_step(stdout)
+    resumed_code, resumed_out, resumed_err, more = _run(command, env)
+    result["hung"] |= resumed_code is None
+    resumed_at = _resumed_step(resumed_out)
+    result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+    finished = resumed_code == 0
+    result["ok"] = failed and finished and resumed_at == latest
+    result["detail"] = (
+        f"{fault} action for env 1 of {name} in batch step {after}: exit {code}, "
+        f"{seconds:.0f} s; {summary}; last reported step {reached:,}, resumed at "
+        f"{resumed_at:,} (latest checkpoint {latest:,}), resumed run exit {resumed_code} "
+        f"({more:.0f} s)" + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
+    return result
+
+
 def _save_trial(index, rng, workdir, logdir, env, backend):
     """A `sigkill-save` trial: SIGKILL inside a checkpoint write, then the same command."""
     stage = rng.choice(STAGES)
@@ -327,7 +406,7 @@ def _save_trial(index, rng, workdir, logdir, env, backend):
     marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
     stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
                             MARKER_VARIABLE: str(marker)})
-    command = _command(logdir, ["--set", f"env={ENV_NAME}"], module="fault_train",
+    command = _command(logdir, ["--set", f"env={_env_name(backend)}"], module="fault_train",
                        backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
     result = {"hung": code is None, "leftover": 0, "left": [],
@@ -387,19 +466,24 @@ def main(argv=None):
                              "(default: %(default)s)")
     parser.add_argument("--backend", choices=list(BACKENDS), default="processes",
                         help="where the environments run: ParallelBatchEnv worker processes, "
-                             "or Ray actors on a local Ray (env_backend: ray) "
+                             "Ray actors on a local Ray (env_backend: ray), or EnvPool in the "
+                             "trainer's process (env: envpool:Pendulum-v1) "
                              "(default: %(default)s)")
-    parser.add_argument("--faults", nargs="+", default=None,
-                        choices=list(FAULT_KINDS + RESTART_FAULTS), metavar="FAULT",
-                        help=f"the fault kinds to draw from (default: all: "
-                             f"{' '.join(FAULT_KINDS)}, and with --backend ray "
-                             f"{' '.join(RESTART_FAULTS)})")
+    all_faults = list(dict.fromkeys(kind for kinds in BACKEND_FAULTS.values()
+                                    for kind in kinds))
+    parser.add_argument("--faults", nargs="+", default=None, choices=all_faults,
+                        metavar="FAULT",
+                        help="the fault kinds to draw from (default: all of the backend's: "
+                             + "; ".join(f"{backend}: {' '.join(kinds)}"
+                                         for backend, kinds in BACKEND_FAULTS.items()) + ")")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     if args.faults is None:
-        args.faults = list(FAULT_KINDS + (RESTART_FAULTS if args.backend == "ray" else ()))
-    if args.backend != "ray" and set(args.faults) & set(RESTART_FAULTS):
-        parser.error(f"{', '.join(RESTART_FAULTS)} needs --backend ray")
+        args.faults = list(BACKEND_FAULTS[args.backend])
+    foreign = [kind for kind in args.faults if kind not in BACKEND_FAULTS[args.backend]]
+    if foreign:
+        parser.error(f"--backend {args.backend} has no fault {', '.join(foreign)}; its "
+                     f"faults: {' '.join(BACKEND_FAULTS[args.backend])}")
     rng = random.Random(args.seed)
     results = []
     with tempfile.TemporaryDirectory(prefix="batchrl-faults-") as workdir:
