@@ -26,9 +26,16 @@ _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 def algorithm_class(config):
     """The algorithm class that config key `algorithm` names, checked against the config.
 
+    Each algorithm declares the config keys it reads (`config_keys`, see
+    `batchrl.algorithms.OnPolicyAlgorithm`). A key that another algorithm (of
+    `ALGORITHMS`) reads and this one does not must keep its default value (`default.yaml`),
+    as a key that no algorithm reads would be unknown: e.g. `update_epochs` or
+    `kl_reference` for trpo, `optimizer` for ppo. A class without `config_keys` is not
+    checked.
+
     Raises:
-      ConfigError: a `module:NAME` that cannot be imported or is not an algorithm class;
-        `optimizer` or `value_optimizer` set for an algorithm that does not read them; a
+      ConfigError: a `module:NAME` that cannot be imported or is not an algorithm class; a
+        key set to other than its default for an algorithm that does not read it; a
         keyword of an algorithm's functions that is not a config key.
     """
     name = config.algorithm
@@ -48,16 +55,25 @@ def algorithm_class(config):
                 f"config key 'algorithm': {name} is not an algorithm class (one with "
                 f"{', '.join(_METHODS)}, e.g. made by build_algorithm)")
     functional = issubclass(algorithm, FunctionalAlgorithm)
-    for key in ("optimizer", "value_optimizer"):
-        if config[key] is not None and not functional:
-            raise configs.ConfigError(
-                f"config key {key!r} is not read by algorithm {name!r} (only by trpo, a2c "
-                f"and algorithms of build_algorithm); set it to null")
     for role, key in sorted(algorithm.required_config_keys() if functional else ()):
         if key not in config:
             raise configs.ConfigError(
                 f"config key 'algorithm': {role} of {name!r} takes the keyword {key!r}, "
                 f"which is not a config key")
+    read = getattr(algorithm, "config_keys", None)
+    if read is not None:
+        others = set(read).union(*(other.config_keys for other in ALGORITHMS.values()))
+        defaults = configs.load("default")
+        unread = [key for key, default in defaults.items()
+                  if key in others - set(read) and config.get(key, default) != default]
+        if unread:
+            values = ", ".join(configs.dump({key: defaults[key]}).strip() for key in unread)
+            keys = ", ".join(repr(key) for key in unread)
+            raise configs.ConfigError(
+                f"config key {keys} is not read by algorithm {name!r}; remove it or set it "
+                f"to its default ({values})" if len(unread) == 1 else
+                f"config keys {keys} are not read by algorithm {name!r}; remove them or set "
+                f"them to their defaults ({values})")
     return algorithm
 
 

@@ -1,9 +1,10 @@
 """REINFORCE written with build_algorithm, trained on CartPole by batchrl's `train`.
 
 Usage: reinforce.py --logdir=RUN_DIR [train's other options, e.g. --set seed=1]; the same as
-`PYTHONPATH=scripts python -m batchrl.scripts.train --config=cartpole
---set algorithm=reinforce:REINFORCE --logdir=RUN_DIR`.
+`PYTHONPATH=scripts python -m batchrl.scripts.train --config=scripts/reinforce.yaml
+--logdir=RUN_DIR`.
 """
+import pathlib
 import sys
 
 from batchrl.algorithms import build_algorithm
@@ -29,5 +30,5 @@ REINFORCE = build_algorithm("reinforce", loss, postprocess,
                             optimizer={"type": "adam", "learning_rate": 0.001})
 
 if __name__ == "__main__":
-    sys.exit(train.main(["--config=cartpole", "--set", "algorithm=reinforce:REINFORCE",
-                         *sys.argv[1:]]))
+    config = pathlib.Path(__file__).with_name("reinforce.yaml")  # CartPole, this algorithm.
+    sys.exit(train.main([f"--config={config}", *sys.argv[1:]]))

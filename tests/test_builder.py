@@ -5,19 +5,20 @@ import pytest
 import tensorflow as tf
 
 from batchrl import build, configs
-from batchrl.algorithms import A2C, TRPO, build_algorithm, parts
+from batchrl.algorithms import A2C, PPO, TRPO, FunctionalAlgorithm, build_algorithm, parts
 from batchrl.networks import feed_forward_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_environment import MockEnvironment
 from batchrl.tools.simulate import episode_state, simulate
+from tests.recording_environment import RecordingEnvironment
 
 
 def _setup(algorithm, durations, truncate=False, **overrides):
     config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
                                       "update_every": 3, **overrides})
     config.update(network=feed_forward_gaussian, max_length=8)
-    envs = [MockEnvironment((3,), (2,), low, high, truncate=truncate)
+    envs = [RecordingEnvironment((3,), (2,), low, high, truncate=truncate)
             for low, high in durations]
     for index, env in enumerate(envs):
         env.reset(seed=index)
@@ -30,6 +31,7 @@ def _setup(algorithm, durations, truncate=False, **overrides):
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 
+    algo.envs = envs
     return algo, run
 
 
@@ -75,11 +77,18 @@ def _recorder():
 
 @pytest.mark.parametrize("truncate", [False, True])
 def test_the_batch_holds_what_build_algorithm_documents(truncate):
+    """The batch against what the environments returned, normalized in NumPy: each step's
+    reward scaled by the standard deviation of all rewards so far (the update comes after
+    the last step's rewards were added), and the bootstrap the value of the episode's
+    final observation, normalized with the statistics of the observations acted on before
+    its last step, or 0 for a terminated episode."""
     algorithm, seen = _recorder()
     algo, run = _setup(algorithm, [(3, 3), (5, 5), (4, 4)], truncate=truncate, discount=0.7)
-    reward_filter = algo.checkpoint_state["reward_filter"]
+    acted, following = [], []
     for _ in range(5):  # The episodes of 3, 4 and 5 steps end: the memory is full.
         run(False, False)
+        acted.append(np.stack([env.observations[-2] for env in algo.envs]))
+        following.append(np.stack([env.observations[-1] for env in algo.envs]))
     assert seen["discount"] == 0.7
     length = seen["length"]
     np.testing.assert_array_equal(length, [3, 4, 5])  # In the order they ended.
@@ -96,11 +105,25 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
     valid = seen["mask"] > 0
     np.testing.assert_allclose(seen["old_policy_mean"][valid], seen["policy_mean"][valid],
                                rtol=1e-5, atol=1e-6)
+    agents = [0, 2, 1]  # The environment of each row: episodes of 3, 4 and 5 steps.
+    rewards = np.array([env.rewards for env in algo.envs])  # [agents, 5 steps]
+    scale = np.std(rewards, ddof=1) + 1e-8
+    assert abs(scale - 1.0) > 0.1, "the scaling shows"
+    for row, agent in enumerate(agents):
+        want = np.clip(rewards[agent, :length[row]] / scale, -10.0, 10.0)
+        np.testing.assert_allclose(seen["reward"][row, :length[row]], want, rtol=1e-5)
     # The value after the last step: of the final observation when truncated, else 0.
-    bootstrap = seen["bootstrap"]
-    assert (bootstrap != 0).all() if truncate else not bootstrap.any()
-    # Rewards scaled as the normalizer says (its statistics changed after the update).
-    assert float(reward_filter.count) == 5 * 3
+    finals = []
+    for row, agent in enumerate(agents):
+        last = length[row] - 1  # The call of the episode's last step.
+        before = np.concatenate(acted[:last])
+        mean, std = before.mean(0), before.std(0, ddof=1)
+        finals.append(np.clip((following[last][agent] - mean) / (std + 1e-8), -5.0, 5.0))
+    value = algo.networks.value(np.array(finals, np.float32)[:, None])[:, 0].numpy()
+    np.testing.assert_allclose(seen["bootstrap"], 0.0 if not truncate else value,
+                               rtol=1e-5, atol=1e-6)
+    first = algo.networks.value(seen["observ"][:, :1])[:, 0].numpy()
+    assert np.abs(first - value).min() > 1e-3, "the first observation's value differs"
 
 
 def _misspelt_loss(networks, distribution, batch, *, entropy_coeff):
@@ -145,6 +168,100 @@ def test_a_bad_default_optimizer_is_an_error_at_once():
 def test_bad_algorithm_keys_name_the_culprit(overrides, message):
     with pytest.raises(configs.ConfigError, match=message):
         build.algorithm_class(configs.load("default", overrides))
+
+
+@pytest.mark.parametrize("algorithm, key, value", [
+    ("trpo", "update_epochs", 3), ("trpo", "chunk_length", 50), ("trpo", "batch_size", 8),
+    ("trpo", "normalize_value", True), ("trpo", "kl_reference", "update_start"),
+    ("trpo", "kl_schedule", "linear"), ("trpo", "kl_target", 0.05),
+    ("trpo", "entropy_coef", 0.01), ("a2c", "kl_cutoff_coef", 10.0),
+    ("a2c", "kl_cutoff_factor", 3.0), ("a2c", "kl_init_penalty", 2.0),
+    ("a2c", "normalize_value", True), ("ppo", "optimizer", {"type": "adam"}),
+    ("ppo", "value_optimizer", {"type": "adam"}),
+    ("tests.test_builder:POLICY_ONLY", "value_lr", 0.01),
+    ("tests.test_builder:POLICY_ONLY", "gae_lambda", 0.9),
+])
+def test_a_key_the_algorithm_does_not_read_is_an_error(algorithm, key, value):
+    """A key that another algorithm reads must keep its default value for one that does
+    not (as an unknown key is an error): one line naming the key, the algorithm and the
+    default. At its default value the key is accepted."""
+    config = configs.load("default", {"algorithm": algorithm, key: value})
+    default = configs.dump({key: configs.load("default")[key]}).strip()
+    message = (f"config key '{key}' is not read by algorithm '{algorithm}'; remove it or set "
+               f"it to its default ({default})")
+    with pytest.raises(configs.ConfigError) as error:
+        build.algorithm_class(config)
+    assert str(error.value) == message
+    build.algorithm_class(configs.load("default", {"algorithm": algorithm}))
+
+
+def test_all_unread_keys_are_named_in_one_line():
+    """`--config=pendulum --set algorithm=trpo`: pendulum.yaml's PPO settings are refused,
+    all of them in one line, in the order of default.yaml."""
+    with pytest.raises(configs.ConfigError) as error:
+        build.algorithm_class(configs.load("pendulum", {"algorithm": "trpo"}))
+    assert str(error.value) == (
+        "config keys 'update_epochs', 'chunk_length', 'batch_size', 'kl_target', "
+        "'normalize_value' are not read by algorithm 'trpo'; remove them or set them to their "
+        "defaults (update_epochs: 25, chunk_length: null, batch_size: null, kl_target: 0.01, "
+        "normalize_value: false)")
+
+
+def _policy_only_loss(networks, distribution, batch, *, discount, scale=1.0):
+    return 0.0 * scale * discount
+
+
+# No value loss: the value network's keys are not read; its functions read `discount`.
+POLICY_ONLY = build_algorithm("policy_only", _policy_only_loss)
+
+
+def test_build_algorithm_declares_its_functions_keywords():
+    assert POLICY_ONLY.config_keys == (
+        FunctionalAlgorithm.config_keys - {"value_lr", "value_optimizer"}
+        | {"discount", "scale"})
+    assert A2C.config_keys == FunctionalAlgorithm.config_keys | {
+        "discount", "gae_lambda", "entropy_coef"}
+    assert TRPO.config_keys == FunctionalAlgorithm.config_keys | {"discount", "gae_lambda"}
+
+
+class _RecordingConfig(configs.Config):
+    """A config that records the keys read from it (`read`)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("algorithm", [PPO, TRPO, A2C], ids=["ppo", "trpo", "a2c"])
+def test_declared_config_keys_are_the_keys_read(algorithm):
+    """Building an algorithm and tracing `simulate` with it (the update included) reads
+    every key it declares in `config_keys`, and of the keys that any algorithm declares,
+    only those."""
+    config = _RecordingConfig(configs.load(
+        "default", {"policy_layers": [16], "value_layers": [16], "update_every": 3,
+                    "lr_schedule": "linear", "kl_schedule": "linear"}))
+    config.update(network=feed_forward_gaussian, max_length=8)
+    envs = [MockEnvironment((3,), (2,), 2, 4) for _ in range(2)]
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    algo = algorithm(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+                     tf.Variable(False), config)
+    episode_state(batch_env)
+    tf.function(lambda: simulate(batch_env, algo, False, True)).get_concrete_function()
+    declared = set().union(*(other.config_keys for other in build.ALGORITHMS.values()))
+    assert set(algorithm.config_keys) <= config.read
+    assert config.read & declared == set(algorithm.config_keys)
 
 
 def test_config_optimizer_replaces_the_algorithm_default():

@@ -1,15 +1,21 @@
 import pytest
+import ruamel.yaml
 
 from batchrl import configs
 
 
 def test_named_config_is_layered_over_default():
-    default = configs.load("default")
+    # Every key comes from pendulum.yaml where it sets one, else from default.yaml, each
+    # read here as plain YAML.
+    yaml = ruamel.yaml.YAML(typ="safe", pure=True)
+    raw_default = yaml.load(configs.CONFIG_DIR / "default.yaml")
+    raw_pendulum = yaml.load(configs.CONFIG_DIR / "pendulum.yaml")
     pendulum = configs.load("pendulum")
-    assert set(pendulum) == set(default)
-    assert pendulum.env == "Pendulum-v1"
-    assert pendulum.network == default.network
-    assert pendulum.update_every != default.update_every or pendulum == default
+    assert set(pendulum) == set(raw_default)
+    for key, value in raw_default.items():
+        assert pendulum[key] == raw_pendulum.get(key, value), key
+    assert any(raw_pendulum[key] != raw_default[key] for key in raw_pendulum)
+    assert set(raw_default) - set(raw_pendulum)  # Some keys are inherited.
 
 
 def test_set_overrides_are_parsed_as_yaml():
@@ -66,3 +72,17 @@ def test_run_config_of_an_older_run_takes_defaults_for_newer_keys(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(configs.dump(old))
     assert configs.read_run_config(path) == config
+
+
+@pytest.mark.parametrize("name", configs.available())
+def test_every_shipped_config_sets_only_keys_its_algorithm_reads(name):
+    """Each config under configs/ loads, and its algorithm reads every key it sets to
+    other than the default (`build.algorithm_class`)."""
+    from batchrl import build  # TensorFlow, for this test only.
+
+    config = configs.load(name)
+    algorithm = build.algorithm_class(config)
+    default = configs.load("default")
+    changed = {key for key in config if config[key] != default[key]}
+    declared = set().union(*(other.config_keys for other in build.ALGORITHMS.values()))
+    assert changed & declared <= algorithm.config_keys

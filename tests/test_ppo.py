@@ -294,39 +294,129 @@ def test_reward_normalizer_takes_the_std_of_rewards_or_of_discounted_returns(nor
     assert std == pytest.approx(np.std(expected, ddof=1), rel=1e-4)
 
 
+def _numpy_lambda_returns(reward, value, bootstrap, discount, lam):
+    """GAE(lambda) targets A_t + V(s_t) of one episode (arXiv:1506.02438, eq. 16), NumPy."""
+    target, running = np.zeros_like(reward), 0.0
+    for t in reversed(range(len(reward))):
+        following = bootstrap if t == len(reward) - 1 else value[t + 1]
+        running = reward[t] + discount * following - value[t] + discount * lam * running
+        target[t] = running + value[t]
+    return target
+
+
 @pytest.mark.parametrize("normalize", [False, True])
 def test_normalize_value_fits_returns_standardized_by_their_running_statistics(normalize):
-    """`normalize_value`: the update adds its lambda-returns to the running statistics
-    and the value network fits them standardized (else as they are); `_value` maps the
-    network's output back to returns. A vanishing value learning rate keeps the network
-    fixed, so the one full-batch value loss can be recomputed."""
-    _, algo, _, run = _setup((3,), [(4, 6)] * 3, update_every=3, update_epochs=1,
-                             value_lr=1e-12, normalize_value=normalize)
+    """`normalize_value`: the network's output is mapped back to returns with the running
+    statistics as they are when the update begins (here those of 50 earlier returns of mean
+    40 and std 7), for the values and for the bootstraps of the truncated episodes, before
+    GAE; the update adds its lambda-returns to the statistics, and the value network fits
+    them standardized by the updated statistics (else as they are). A vanishing value
+    learning rate keeps the network fixed, so that the one full-batch value loss can be
+    recomputed in NumPy."""
+    _, algo, _, run = _setup((3,), [(4, 6)] * 3, truncate=True, update_every=3,
+                             update_epochs=1, value_lr=1e-12, normalize_value=normalize)
     _fill_memory(algo, run, 3)
-    if normalize:  # Forget the statistics of the updates while filling the memory.
-        algo.checkpoint_state["value_filter"].reset()
+    prior = np.random.default_rng(0).normal(40.0, 7.0, 50)
+    if normalize:
+        statistics = algo.checkpoint_state["value_filter"]
+        statistics.reset()
+        statistics.update(prior)
+    mean, std = (prior.mean(), prior.std(ddof=1)) if normalize else (0.0, 1.0)
+    config = algo._config
     episodes, length = algo._memory.data()
-    mask = advantage_lib.sequence_mask(length, algo._memory_length)
-    raw = algo.networks.value(episodes["observ"])
-    bootstrap = algo.networks.value(algo._memory_final[:, None])[:, 0] * (
-        1.0 - tf.cast(algo._memory_terminated, tf.float32))
-    reward = algo._reward_filter.transform(episodes["reward"]) * mask
-    _, target = advantage_lib.generalized_advantage(
-        reward, raw, bootstrap, length, algo._config.discount, algo._config.gae_lambda)
-    valid = tf.boolean_mask(target, mask > 0).numpy()
-    fitted = (target - valid.mean()) / valid.std(ddof=1) if normalize else target
-    expected = 0.5 * np.sum(np.square(raw - fitted) * mask) / np.sum(mask)
+    observ, length = episodes["observ"].numpy(), length.numpy()
+    raw = algo.networks.value(observ).numpy()
+    raw_final = algo.networks.value(algo._memory_final.numpy()[:, None])[:, 0].numpy()
+    assert not algo._memory_terminated.numpy().any()
+    reward_std = float(algo.checkpoint_state["reward_filter"].std.numpy())
+    reward = np.clip(episodes["reward"].numpy() / (reward_std + 1e-8), -10.0, 10.0)
+    value = raw * (std + 1e-8) + mean  # What the network's output stands for.
+    final = raw_final * (std + 1e-8) + mean
+    targets = [_numpy_lambda_returns(reward[e, :n], value[e, :n], final[e], config.discount,
+                                     config.gae_lambda) for e, n in enumerate(length)]
+    valid = np.concatenate(targets)
+    if normalize:
+        seen = np.concatenate([prior, valid])
+        mean, std = seen.mean(), seen.std(ddof=1)
+    fitted = [(target - mean) / (std + 1e-8) for target in targets]
+    errors = np.concatenate([raw[e, :n] - fitted[e] for e, n in enumerate(length)])
+    expected = 0.5 * np.mean(np.square(errors))
 
     metrics = _memory_update(algo)(tf.constant(0.0))
     assert float(metrics["value_loss"]) == pytest.approx(expected, rel=1e-4)
-    assert float(metrics["mean_return"]) == pytest.approx(valid.mean(), rel=1e-5)
-    value = algo._value(episodes["observ"]).numpy()
+    assert float(metrics["mean_return"]) == pytest.approx(valid.mean(), rel=1e-4)
+    returned = algo._value(observ).numpy()
     if normalize:
         statistics = algo.checkpoint_state["value_filter"]
-        assert float(statistics.mean) == pytest.approx(valid.mean(), rel=1e-5)
-        assert float(statistics.std) == pytest.approx(valid.std(ddof=1), rel=1e-5)
-        np.testing.assert_allclose(
-            value, raw * valid.std(ddof=1) + valid.mean(), rtol=1e-4, atol=1e-5)
+        assert float(statistics.mean) == pytest.approx(mean, rel=1e-5)
+        assert float(statistics.std) == pytest.approx(std, rel=1e-5)
+        np.testing.assert_allclose(returned, raw * std + mean, rtol=1e-4, atol=1e-4)
     else:
         assert "value_filter" not in algo.checkpoint_state
-        np.testing.assert_allclose(value, raw, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(returned, raw, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("step", [0, 500, 900, 950, 1000, 1500, 10_000])
+def test_linear_kl_schedule_holds_a_tenth_of_the_target_from_90_percent_of_steps(step):
+    """`kl_schedule: linear` decays `kl_target` with the fraction of `steps` still to train,
+    down to `kl_target_floor` (0.1) of it, held from then on, also past `steps` (a resumed
+    run, an Agent): the target never reaches 0."""
+    _, algo, _, _ = _setup((3,), [(4, 4)], steps=1000, kl_target=0.04,
+                           kl_schedule="linear")
+    algo._step.assign(step)
+    expected = 0.04 * max(1.0 - step / 1000, 0.1)
+    assert float(algo._kl_target()) == pytest.approx(expected, rel=1e-6)
+    assert float(algo._kl_target()) >= 0.004 * (1 - 1e-6)
+
+
+def test_kl_penalty_falls_past_the_end_of_a_linear_kl_schedule():
+    """At and past `steps`, a KL of 0.002 (stored means 0.045 standard deviations off, two
+    action dimensions, a policy that does not move) is below 0.7 times the held target
+    (0.004): the penalty falls by 1.5 at every update. A target of 0 would make every KL
+    too large: the penalty would grow by 1.5 at every update (1.5^8 = 26 after eight)."""
+    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
+                             kl_target=0.04, kl_schedule="linear", policy_lr=1e-12)
+    _fill_memory(algo, run, 3)
+    update = _memory_update(algo)
+    shift = tf.constant(np.sqrt(0.002) * algo._config.init_std, tf.float32)
+    penalties, targets = [], []
+    for step in (1000, 1000, 1000, 1000, 2000, 2000, 2000, 2000):
+        algo._step.assign(step)
+        metrics = update(shift)
+        assert float(metrics["kl"]) == pytest.approx(0.002, rel=0.05)
+        penalties.append(float(metrics["kl_penalty"]))
+        targets.append(float(metrics["kl_target"]))
+    np.testing.assert_allclose(penalties, 1.5 ** -np.arange(1.0, 9.0), rtol=1e-5)
+    np.testing.assert_allclose(targets, 0.004, rtol=1e-6)
+
+
+def test_update_start_reference_replays_recurrent_chunks_from_the_stored_states():
+    """`kl_reference: update_start` with a recurrent policy trained on chunks: the reference
+    is the policy at the update's start replayed as the policy steps replay it, each chunk
+    from the state stored at its first step, so that before any gradient step the KL
+    between the two is 0. The weights are changed after the memory was filled (an update
+    in the middle of its episodes), so that the stored states are not those a replay from
+    the episode's start gives. With the KL penalty 1, no cut-off and one full-batch step,
+    the logged policy loss minus the surrogate is the mean KL of that step."""
+    _, algo, _, run = _setup(
+        (3,), [(6, 9), (5, 8), (7, 9)], network=recurrent_gaussian, policy_layers=[8, 6],
+        update_every=3, update_epochs=1, chunk_length=2, max_length=10, policy_lr=1e-12,
+        kl_reference="update_start", kl_init_penalty=1.0, kl_cutoff_coef=0.0)
+    _fill_memory(algo, run, 3)
+    noise = np.random.default_rng(1)
+    for variable in algo.networks.policy.trainable_variables:
+        variable.assign_add(0.3 * noise.normal(size=variable.shape).astype(np.float32))
+    # The setup shows a difference: replayed from the episodes' start, the chunks that
+    # begin inside an episode see other states than the stored ones.
+    episodes, length = algo._memory.data()
+    observ, state = episodes["observ"].numpy(), episodes["state"].numpy()
+    whole = algo.networks.distribution(algo.networks.policy(observ, state[:, 0])[0])
+    chunks = algo.networks.policy(observ.reshape(-1, 2, 3), state.reshape(-1, 2, 6)[:, 0])[0]
+    chunked = algo.networks.distribution(
+        {key: tf.reshape(value, whole.mean.shape) for key, value in chunks.items()})
+    mask = advantage_lib.sequence_mask(length, 10)
+    assert float(advantage_lib.masked_mean(whole.kl(chunked), mask)) > 1e-3
+
+    metrics = _memory_update(algo)(tf.constant(0.0))
+    assert abs(float(metrics["policy_loss"]) - float(metrics["surrogate"])) < 1e-6
+    assert float(metrics["kl"]) < 1e-6

@@ -24,8 +24,8 @@ from batchrl.networks import NETWORKS
 from batchrl.scripts import events
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
-from batchrl.tools.mock_environment import MockEnvironment
 from batchrl.tools.simulate import simulate
+from tests.recording_environment import RecordingEnvironment
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 # Agent 0's episodes are truncated (3 steps), agent 1's terminate (4 steps), agent 2's last
@@ -33,7 +33,7 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 DURATIONS = [(3, 3, True), (4, 4, False), (5, 9, False)]
 
 
-class _RecordingEnv(MockEnvironment):
+class _RecordingEnv(RecordingEnvironment):
     """Records every observation and reward it returns; observation `k` of the environment
     is offset by `0.5 * k`. `discrete`: a `Discrete(discrete)` action space."""
 
@@ -42,18 +42,6 @@ class _RecordingEnv(MockEnvironment):
         if discrete:
             self.action_space = spaces.Discrete(discrete)
         self.truncates = truncate
-        self.observations, self.rewards = [], []
-
-    def reset(self, *, seed=None, options=None):
-        observ, info = super().reset(seed=seed, options=options)
-        self.observations.append(observ)
-        return observ, info
-
-    def step(self, action):
-        observ, reward, terminated, truncated, info = super().step(action)
-        self.observations.append(observ)
-        self.rewards.append(np.float32(reward))
-        return observ, reward, terminated, truncated, info
 
     def _observation(self):
         return (super()._observation() + 0.5 * len(self.observations)).astype(np.float32)

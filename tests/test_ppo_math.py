@@ -182,3 +182,76 @@ def test_categorical_against_numpy():
         Categorical({"logits": np.log(np.tile([[0.1, 0.2, 0.7]], (30000, 1))).astype(
             np.float32)}).sample(tf.random.Generator.from_seed(1)).numpy(), minlength=3)
     np.testing.assert_allclose(counts / 30000, [0.1, 0.2, 0.7], atol=0.01)
+
+
+def _poisoned(values, mask, poison):
+    """`values` with `poison` (NaN or an infinity) at the masked-out entries."""
+    return np.where(mask > 0, values, np.float32(poison)).astype(np.float32)
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_losses_ignore_non_finite_values_at_masked_steps(poison):
+    """A NaN or an infinity at a padded step (stale memory) in any input of the policy loss,
+    or in the value targets, changes neither PPO's losses nor their gradients: they equal
+    those of zeros there, and the padded steps' gradients are 0. A product with the mask
+    would give `inf * 0 = NaN`. (The value predictions are the network's, finite.)"""
+    rng = np.random.default_rng(0)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.float32)
+    inputs = {name: rng.normal(size=(2, 4)).astype(np.float32) * scale for name, scale in (
+        ("log_prob", 0.5), ("old_log_prob", 0.5), ("advantage", 1.0), ("kl", 0.0),
+        ("entropy", 1.0), ("target", 1.0))}
+    inputs["kl"] = np.abs(rng.normal(size=(2, 4))).astype(np.float32) * 0.03
+
+    def results(inputs):
+        tensors = {name: tf.constant(value) for name, value in inputs.items()}
+        prediction = tf.constant(np.linspace(-1.0, 1.0, 8, dtype=np.float32).reshape(2, 4))
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([*tensors.values(), prediction])
+            policy = losses.policy_loss(
+                tensors["log_prob"], tensors["old_log_prob"], tensors["advantage"],
+                tensors["kl"], mask, penalty=2.0, kl_target=0.01, kl_cutoff_factor=2.0,
+                kl_cutoff_coef=1000.0, entropy=tensors["entropy"], entropy_coef=0.1)
+            value = losses.value_loss(prediction, tensors["target"], mask)
+        gradients = {name: tape.gradient(policy["loss"], tensors[name]).numpy()
+                     for name in ("log_prob", "kl", "entropy")}
+        gradients["value"] = tape.gradient(value, prediction).numpy()
+        return {"loss": float(policy["loss"]), "surrogate": float(policy["surrogate"]),
+                "value_loss": float(value)}, gradients
+
+    clean = {name: np.where(mask > 0, value, 0.0).astype(np.float32)
+             for name, value in inputs.items()}
+    want, want_gradients = results(clean)
+    for name in inputs:
+        poisoned = dict(clean, **{name: _poisoned(clean[name], mask, poison)})
+        got, gradients = results(poisoned)
+        assert got == pytest.approx(want, rel=1e-6), name
+        for key, gradient in gradients.items():
+            assert np.isfinite(gradient).all(), (name, key)
+            np.testing.assert_allclose(gradient, want_gradients[key], rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{name} {key}")
+            assert not gradient[mask == 0].any(), (name, key)
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf])
+def test_masked_mean_and_generalized_advantage_ignore_non_finite_padding(poison):
+    """Padding beyond an episode's length may hold anything: GAE, whose sums run backwards
+    over time, must not carry a NaN from the padding into the valid steps."""
+    rng = np.random.default_rng(1)
+    length = np.array([4, 2], np.int32)
+    mask = advantage.sequence_mask(length, 6).numpy()
+    reward = rng.normal(size=(2, 6)).astype(np.float32)
+    value = rng.normal(size=(2, 6)).astype(np.float32)
+    bootstrap = rng.normal(size=2).astype(np.float32)
+    assert float(advantage.masked_mean(_poisoned(reward, mask, poison), mask)) == (
+        pytest.approx(float(np.mean(reward[mask > 0])), rel=1e-6))
+    got = advantage.generalized_advantage(
+        _poisoned(reward, mask, poison), _poisoned(value, mask, poison), bootstrap, length,
+        0.9, 0.95)
+    want = _numpy_gae(reward, value, bootstrap, length, 0.9, 0.95)
+    for got_part, want_part in zip(got, want, strict=True):
+        np.testing.assert_allclose(got_part.numpy(), want_part, rtol=1e-5, atol=1e-6)
+    normalized = advantage.normalize(_poisoned(reward, mask, poison), mask).numpy()
+    valid = reward[mask > 0]
+    np.testing.assert_allclose(normalized[mask > 0], (valid - valid.mean()) / valid.std(),
+                               rtol=1e-4, atol=1e-5)
+    assert not normalized[mask == 0].any()

@@ -53,7 +53,11 @@ TINY = ["--set", "steps=400", "--set", "eval_every=200", "--set", "log_every=100
 @pytest.mark.parametrize("name", configs.available())
 def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
     # In-process (the CLI's main), so that TensorFlow starts once for all configs.
-    assert train.main([f"--config={name}", f"--logdir={tmp_path}", *TINY]) == 0
+    tiny = list(TINY)
+    if configs.load(name).algorithm != "ppo":  # A key that only PPO reads is an error.
+        position = tiny.index("update_epochs=1")
+        del tiny[position - 1:position + 1]
+    assert train.main([f"--config={name}", f"--logdir={tmp_path}", *tiny]) == 0
     assert (tmp_path / "ckpt-400.index").exists()
     output = capsys.readouterr().out
     assert "Final eval mean_score" in output and "traces: 1 (train and eval" in output

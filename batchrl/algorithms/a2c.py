@@ -9,16 +9,18 @@ Estimation", arXiv:1506.02438, eq. 16, normalized over the batch.
 """
 
 from batchrl.algorithms import parts
-from batchrl.algorithms.advantage import masked_mean
+from batchrl.algorithms.advantage import masked, masked_mean
 from batchrl.algorithms.builder import build_algorithm
 
 
 def actor_loss(networks, distribution, batch, *, entropy_coef):
-    """-E[log pi(a_t|s_t) A_t] - entropy_coef * E[H(pi(s_t))]."""
-    policy = parts.current_policy(networks, distribution, batch)
-    gradient_term = masked_mean(policy.log_prob(batch["action"]) * batch["advantage"],
-                                batch["mask"])
-    return -gradient_term - entropy_coef * masked_mean(policy.entropy(), batch["mask"])
+    """-E[log pi(a_t|s_t) A_t] - entropy_coef * E[H(pi(s_t))], the means over the valid
+    steps (padded steps add nothing, whatever they hold: `masked`); float32 scalar, to be
+    minimized: its gradient is minus the policy gradient with an entropy bonus."""
+    policy, mask = parts.current_policy(networks, distribution, batch), batch["mask"]
+    gradient_term = masked_mean(
+        policy.log_prob(batch["action"]) * masked(batch["advantage"], mask), mask)
+    return -gradient_term - entropy_coef * masked_mean(policy.entropy(), mask)
 
 
 A2C = build_algorithm(

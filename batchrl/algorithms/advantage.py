@@ -8,9 +8,33 @@ def sequence_mask(length, max_length):
     return tf.sequence_mask(length, max_length, dtype=tf.float32)
 
 
+def masked(values, mask):
+    """`values` where `mask` is positive and 0 elsewhere (same shape and dtype).
+
+    A selection (`tf.where`), not a product: a NaN or an infinity at a masked-out entry
+    (e.g. in the stale padding of an episode memory) becomes 0 instead of `inf * 0 = NaN`,
+    and the entry passes a zero gradient back. Mask a term before it enters an operation
+    whose gradient involves it (a product, a square, an exponential).
+    """
+    return tf.where(mask > 0, values, tf.zeros_like(values))
+
+
 def masked_mean(values, mask, axis=None):
-    """Mean of `values` over the entries where `mask` is 1 (0 when there are none)."""
-    return tf.reduce_sum(values * mask, axis) / tf.maximum(tf.reduce_sum(mask, axis), 1.0)
+    """Mean of `values` over the entries where `mask` is 1 (0 when there are none); entries
+    where `mask` is 0 count as 0 whatever they hold, NaN and infinities included (`masked`).
+    """
+    return tf.reduce_sum(masked(values, mask) * mask, axis) / tf.maximum(
+        tf.reduce_sum(mask, axis), 1.0)
+
+
+def importance_ratio(log_prob, old_log_prob, mask):
+    """`exp(log_prob - old_log_prob)`, pi(a_t|s_t) / q(a_t|s_t), at the valid steps (`mask`
+    1) and 1 elsewhere; float32 `[episodes, time]` (Schulman et al., arXiv:1502.05477, eq.
+    14; arXiv:1707.06347, eq. 6). The difference is masked before the exponential, so that
+    a padded step whose stored policy gives an infinite or NaN log-probability yields
+    neither an infinite ratio nor a NaN gradient.
+    """
+    return tf.exp(masked(log_prob - old_log_prob, mask))
 
 
 def discounted_cumsum(values, factor):
@@ -43,16 +67,17 @@ def generalized_advantage(reward, value, bootstrap, length, discount, gae_lambda
       gae_lambda: lambda in [0, 1].
 
     Returns:
-      `(advantage, target)`, float32 `[episodes, time]`, zero beyond each episode's length.
+      `(advantage, target)`, float32 `[episodes, time]`, zero beyond each episode's length
+      (whatever `reward` and `value` hold there).
     """
     max_length = tf.shape(reward)[1]
     mask = sequence_mask(length, max_length)
     is_last = tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
     following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
     next_value = tf.where(is_last, bootstrap[:, None], following)
-    delta = (reward + discount * next_value - value) * mask
+    delta = masked(reward + discount * next_value - value, mask)
     advantage = discounted_cumsum(delta, discount * gae_lambda)
-    return advantage, (advantage + value) * mask
+    return advantage, masked(advantage + value, mask)
 
 
 def normalize(values, mask):
@@ -60,4 +85,4 @@ def normalize(values, mask):
     (`mask` 1), and 0 elsewhere; both float32 `[episodes, time]`."""
     mean = masked_mean(values, mask)
     std = tf.sqrt(masked_mean(tf.square(values - mean), mask))
-    return (values - mean) / (std + 1e-8) * mask
+    return masked((values - mean) / (std + 1e-8), mask)

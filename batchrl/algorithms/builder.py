@@ -21,6 +21,12 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
 
     name = "functional"
     functions = {}  # role -> function, set by build_algorithm.
+    # What every algorithm of build_algorithm reads (OnPolicyAlgorithm.config_keys);
+    # build_algorithm adds its functions' keywords and drops the value network's keys
+    # when there is no value loss.
+    config_keys = OnPolicyAlgorithm.config_keys | {
+        "policy_lr", "value_lr", "optimizer", "value_optimizer", "max_gradient_norm",
+        "jit_update", "lr_schedule"}
     default_optimizer = {"type": "adam"}
     default_value_optimizer = {"type": "adam"}
 
@@ -120,10 +126,11 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
         not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
         batch = {
             "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
-            "reward": self._reward_filter.transform(episodes["reward"]) * mask,
+            "reward": advantage_lib.masked(
+                self._reward_filter.transform(episodes["reward"]), mask),
             "done": last,
             "terminated": tf.logical_and(last, self._memory_terminated[:, None]),
-            "value": self._networks.value(observ) * mask,
+            "value": advantage_lib.masked(self._networks.value(observ), mask),
             "bootstrap": self._networks.value(self._memory_final[:, None])[:, 0]
             * not_terminal,
             "initial_state": tf.zeros([self._config.update_every, self._state_size]),
@@ -136,7 +143,7 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
 
     def _schedule_learning_rates(self):
         """With `lr_schedule: linear`, scales the optimizers' learning rates by the fraction
-        of the run's `steps` still to train; returns the assignments."""
+        of the run's `steps` still to train (0 from `steps` on); returns the assignments."""
         if self._config.lr_schedule != "linear":
             return []
         done = tf.cast(self._step, tf.float32) / float(self._config.steps)
@@ -162,6 +169,18 @@ def _bind(name, role, function, config):
             raise ValueError(f"{role} of algorithm {name!r} takes the keyword "
                              f"{parameter.name!r}, which is not a config key")
     return functools.partial(function, **keywords) if keywords else function
+
+
+def _config_keys(functions):
+    """The config keys an algorithm of `build_algorithm` with these functions (role ->
+    function or None) reads; frozenset of str."""
+    keys = set(FunctionalAlgorithm.config_keys)
+    if functions["value_loss_fn"] is None:
+        keys -= {"value_lr", "value_optimizer"}
+    for function in filter(None, functions.values()):
+        keys.update(parameter.name for parameter in inspect.signature(function).parameters
+                    .values() if parameter.kind is parameter.KEYWORD_ONLY)
+    return frozenset(keys)
 
 
 def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, optimizer=None,
@@ -215,7 +234,10 @@ def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, opti
     keys of the same names, e.g. `def postprocess(batch, *, discount, gae_lambda)`.
 
     Returns:
-      A subclass of `FunctionalAlgorithm` named `name`.
+      A subclass of `FunctionalAlgorithm` named `name`. Its `config_keys` (see
+      `OnPolicyAlgorithm`) are `FunctionalAlgorithm.config_keys` with the functions'
+      keyword-only parameters, without `value_lr` and `value_optimizer` when
+      `value_loss_fn` is None.
 
     Raises:
       ValueError: a bad name, a function that is not callable, or a bad optimizer
@@ -234,7 +256,8 @@ def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, opti
     attributes = {"name": name, "functions": functions, "__module__": getattr(
         loss_fn, "__module__", __name__), "__doc__": (
         f"The algorithm {name!r} of `build_algorithm`: loss "
-        f"{getattr(loss_fn, '__qualname__', loss_fn)}.")}
+        f"{getattr(loss_fn, '__qualname__', loss_fn)}."),
+        "config_keys": _config_keys(functions)}
     if optimizer is not None:
         attributes["default_optimizer"] = spec_lib.check(optimizer, "optimizer")
     if value_optimizer is not None:

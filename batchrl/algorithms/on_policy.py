@@ -55,14 +55,25 @@ class OnPolicyAlgorithm:
       is_training: bool scalar tensor or variable.
       should_log: bool scalar tensor or variable; summaries are recorded only when true.
       config: object with the attributes `network` (a constructor from
-        `batchrl.networks`), `max_length`, `update_every`, `chunk_length` (episodes are
-        stored padded to a multiple of it; None: `max_length`), `discount`,
+        `batchrl.networks`), `max_length`, `update_every`, `discount`,
         `normalize_observ`, `normalize_reward`, `observ_clip`, `reward_clip`,
         `reward_normalizer` (`reward` or `return`) and `seed`, plus whatever the network
-        and the subclass read.
+        and the subclass read; for a subclass that declares it in `config_keys`,
+        `chunk_length` (episodes are stored padded to a multiple of it; None:
+        `max_length`).
+
+    Attributes:
+      config_keys: frozenset of str, the config keys the algorithm reads other than those
+        of the run (`env`, `steps`, `seed`, `max_length`, ...) and of the network
+        (`policy_layers`, ...). `batchrl.build.algorithm_class` refuses a config that sets
+        one of another algorithm's keys to other than its default when this algorithm does
+        not read it; a subclass that reads more keys adds them.
     """
 
     name = "on_policy"  # The name scope of the variables.
+    config_keys = frozenset({
+        "update_every", "discount", "normalize_observ", "normalize_reward", "observ_clip",
+        "reward_clip", "reward_normalizer"})
 
     def __init__(self, batch_env, step, is_training, should_log, config):
         self._batch_env = batch_env
@@ -91,7 +102,8 @@ class OnPolicyAlgorithm:
         params, _ = self._networks.policy(
             tf.zeros((1, 1) + observ_shape), tf.zeros((1, self._state_size)))
         self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
-        self._chunk_length = config.chunk_length or config.max_length
+        chunk_length = config.chunk_length if "chunk_length" in self.config_keys else None
+        self._chunk_length = chunk_length or config.max_length
         # Episodes are stored padded to a whole number of chunks.
         chunks = -(-config.max_length // self._chunk_length)
         self._memory_length = chunks * self._chunk_length

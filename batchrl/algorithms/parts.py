@@ -5,7 +5,7 @@ batch's keys)."""
 
 import tensorflow as tf
 
-from batchrl.algorithms.advantage import generalized_advantage, masked_mean, normalize
+from batchrl.algorithms.advantage import generalized_advantage, masked, masked_mean, normalize
 
 
 def current_policy(networks, distribution, batch):
@@ -42,7 +42,10 @@ def gae_postprocess(batch, *, discount, gae_lambda):
 
 
 def value_loss(networks, distribution, batch):
-    """Half the mean squared error of V(s_t) against `batch["return"]`; float32 scalar."""
+    """Half the mean squared error of V(s_t) against `batch["return"]` over the valid steps;
+    float32 scalar. The returns are masked before the difference, so that a NaN or
+    infinite return at a padded step adds nothing and passes no NaN gradient."""
     del distribution
-    error = networks.value(batch["observ"]) - batch["return"]
-    return 0.5 * masked_mean(tf.square(error), batch["mask"])
+    target = masked(batch["return"], batch["mask"])
+    return 0.5 * masked_mean(tf.square(networks.value(batch["observ"]) - target),
+                             batch["mask"])

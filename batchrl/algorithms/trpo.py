@@ -9,19 +9,21 @@ the lambda-returns after the policy step (Schulman et al., "High-Dimensional Con
 Control Using Generalized Advantage Estimation", arXiv:1506.02438, eq. 16 and section 5).
 """
 
-import tensorflow as tf
-
 from batchrl.algorithms import parts
-from batchrl.algorithms.advantage import masked_mean
+from batchrl.algorithms.advantage import importance_ratio, masked, masked_mean
 from batchrl.algorithms.builder import build_algorithm
 
 
 def surrogate_loss(networks, distribution, batch):
-    """-L(theta): the advantage weighted by pi_theta / q, q the policy that acted."""
-    action = batch["action"]
+    """-L(theta) (eq. 14): minus the mean over the valid steps of the advantage weighted by
+    pi_theta(a_t|s_t) / q(a_t|s_t), q the policy that acted; float32 scalar, to be
+    minimized. Padded steps add nothing, whatever they hold (`importance_ratio`, `masked`).
+    """
+    action, mask = batch["action"], batch["mask"]
     new = parts.current_policy(networks, distribution, batch).log_prob(action)
     old = parts.stored_policy(distribution, batch).log_prob(action)
-    return -masked_mean(tf.exp(new - old) * batch["advantage"], batch["mask"])
+    ratio = importance_ratio(new, old, mask)
+    return -masked_mean(ratio * masked(batch["advantage"], mask), mask)
 
 
 TRPO = build_algorithm(

@@ -28,8 +28,11 @@ class PPO(OnPolicyAlgorithm):
     first step.
 
     The policy loss may add an entropy bonus (`entropy_coef`); both learning rates may
-    decay linearly to 0 over the run's `steps` (`lr_schedule`), and so may the KL target
-    and with it the cut-off (`kl_schedule`). Advantages are GAE(lambda),
+    decay linearly to 0 over the run's `steps` (`lr_schedule`; they stay 0 past `steps`),
+    and so may the KL target and with it the cut-off (`kl_schedule`), down to
+    `kl_target_floor` (a tenth) of `kl_target`, where it stays, also past `steps` (a run
+    resumed with more `steps` continues from the larger fraction, an Agent past `steps`
+    keeps learning with the floor). Advantages are GAE(lambda),
     normalized over the memory; value targets are lambda-returns; the value after the last
     step of an episode is bootstrapped from its final observation when the episode was
     truncated and zero when it terminated. With `normalize_value`, the value network
@@ -45,7 +48,9 @@ class PPO(OnPolicyAlgorithm):
     penalty's adaptation measure the KL from the reference policy `kl_reference`:
     `behaviour`, that same stored policy (Hafner et al.), or `update_start`, the policy as
     it was when this update began, evaluated on the memory's observations (the paper's
-    pi_old). The two differ for episodes that began before the previous update.
+    pi_old; a recurrent policy replayed, as in the policy steps, from the state stored at
+    each chunk's first step, and so is the updated policy the KL is measured to). The two
+    differ for episodes that began before the previous update.
 
     Args:
       batch_env, step, is_training, should_log: as for `OnPolicyAlgorithm`.
@@ -58,6 +63,15 @@ class PPO(OnPolicyAlgorithm):
     """
 
     name = "ppo"
+    # The config keys PPO reads besides the run's and the network's (see
+    # `OnPolicyAlgorithm.config_keys`).
+    config_keys = OnPolicyAlgorithm.config_keys | {
+        "update_epochs", "chunk_length", "batch_size", "policy_lr", "value_lr",
+        "gae_lambda", "kl_target", "kl_cutoff_factor", "kl_cutoff_coef", "kl_init_penalty",
+        "max_gradient_norm", "kl_reference", "jit_update", "entropy_coef", "lr_schedule",
+        "kl_schedule", "normalize_value"}
+    # The least fraction of `kl_target` that `kl_schedule: linear` decays to.
+    kl_target_floor = 0.1
 
     def __init__(self, batch_env, step, is_training, should_log, config):
         super().__init__(batch_env, step, is_training, should_log, config)
@@ -121,7 +135,7 @@ class PPO(OnPolicyAlgorithm):
             episodes, length = self._memory.data()
         mask = advantage_lib.sequence_mask(length, self._memory_length)
         observ = episodes["observ"]
-        reward = self._reward_filter.transform(episodes["reward"]) * mask
+        reward = advantage_lib.masked(self._reward_filter.transform(episodes["reward"]), mask)
         not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
         value = self._value(observ)
         bootstrap = self._value(self._memory_final[:, None])[:, 0] * not_terminal
@@ -132,22 +146,27 @@ class PPO(OnPolicyAlgorithm):
         std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
         behaviour_params = {key: episodes["policy_" + key] for key in self._param_shapes}
         behaviour = self._distribution(behaviour_params)
-        if config.kl_reference == "update_start":
-            # The paper's pi_old: the policy before this update, on the same observations.
-            reference_params = self._replay(observ)
-        else:
-            reference_params = behaviour_params
         state = episodes["state"] if self._recurrent else tf.zeros(
             [config.update_every, self._memory_length, 0])
+        if config.kl_reference == "update_start":
+            # The paper's pi_old: the policy before this update, on the same observations
+            # and from the same states as the policy steps.
+            reference_params = self._replay_as_trained(observ, state)
+        else:
+            reference_params = behaviour_params
         steps = dict(
-            observ=observ, action=episodes["action"], state=state,
-            mask=mask, target=value_target, advantage=(advantage - mean) / (std + 1e-8) * mask,
+            observ=observ, action=episodes["action"], state=state, mask=mask,
+            target=value_target,
+            advantage=advantage_lib.masked((advantage - mean) / (std + 1e-8), mask),
             old_log_prob=behaviour.log_prob(episodes["action"]),
             **{"reference_" + key: value for key, value in reference_params.items()})
         metrics = self._optimize(self._chunks(steps))
 
         with tf.control_dependencies(tf.nest.flatten(metrics)):
-            new = self._distribution(self._replay(observ))
+            if config.kl_reference == "update_start":
+                new = self._distribution(self._replay_as_trained(observ, state))
+            else:
+                new = self._distribution(self._replay(observ))
             reference = self._distribution(reference_params)
             kl = advantage_lib.masked_mean(reference.kl(new), mask)
             entropy = advantage_lib.masked_mean(new.entropy(), mask)
@@ -178,7 +197,7 @@ class PPO(OnPolicyAlgorithm):
             return target
         updated = self._value_filter.update(tf.boolean_mask(target, mask > 0))
         with tf.control_dependencies([updated]):
-            return self._value_filter.transform(target) * mask
+            return advantage_lib.masked(self._value_filter.transform(target), mask)
 
     def _remaining(self):
         """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""
@@ -186,19 +205,25 @@ class PPO(OnPolicyAlgorithm):
         return tf.maximum(1.0 - done, 0.0)
 
     def _kl_target(self):
-        """float32 scalar: `kl_target`, times the fraction of the run still to train with
-        `kl_schedule: linear`. Schulman et al., arXiv:1707.06347, table 5 (Atari), anneal
-        the clipping range with the learning rate; this anneals the KL target, which
-        bounds an update's step as the clipping range does there."""
+        """float32 scalar: `kl_target`; with `kl_schedule: linear`, times the fraction of
+        the run still to train but at least `kl_target_floor`, reached at
+        `1 - kl_target_floor` of `steps` and held from there on (also past `steps`).
+        Schulman et al., arXiv:1707.06347, table 5 (Atari), anneal the clipping range with
+        the learning rate; this anneals the KL target, which bounds an update's step as the
+        clipping range does there. The floor keeps the target positive: against a target
+        near 0 every KL is too large, so that the penalty would grow by 1.5 at every update
+        up to its bound of 1e6 and the cut-off (`kl_cutoff_factor` times the target) would
+        stop all learning."""
         target = tf.constant(self._config.kl_target, tf.float32)
         if self._config.kl_schedule == "linear":
-            return target * self._remaining()
+            return target * tf.maximum(self._remaining(), self.kl_target_floor)
         return target
 
     def _schedule_learning_rates(self):
         """With `lr_schedule: linear`, sets both learning rates to their configured value
         times the fraction of the run's `steps` still to train (as in Schulman et al.,
-        arXiv:1707.06347, table 3, for MuJoCo); returns the assignments."""
+        arXiv:1707.06347, table 3, for MuJoCo; 0 from `steps` on: the policy stops
+        changing); returns the assignments."""
         config = self._config
         if config.lr_schedule != "linear":
             return []
@@ -206,6 +231,20 @@ class PPO(OnPolicyAlgorithm):
         return [optimizer.learning_rate.assign(rate * remaining)
                 for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
                                         (self._value_optimizer, config.value_lr))]
+
+    def _replay_as_trained(self, observ, state):
+        """The current policy's parameters on the memory's episodes as the policy steps
+        see them: each chunk of `chunk_length` steps replayed from the recurrent state
+        stored at its first step (`state`, `[update_every, memory_length, state_size]`);
+        dict of `[update_every, memory_length, ...]`. For a feed-forward policy, and for
+        whole episodes (their first stored state is zero), the same as `_replay`."""
+        if not self._recurrent:
+            return self._replay(observ)
+        chunks = self._chunks({"observ": observ, "state": state})
+        params, _ = self._networks.policy(chunks["observ"], chunks["state"][:, 0])
+        episodes = [self._config.update_every, self._memory_length]
+        return {key: tf.reshape(value, tf.concat([episodes, tf.shape(value)[2:]], 0))
+                for key, value in params.items()}
 
     def _chunks(self, steps):
         """Cuts `[episodes, memory_length, ...]` tensors into `[chunks, chunk_length, ...]`."""

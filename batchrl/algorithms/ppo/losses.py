@@ -8,7 +8,7 @@ its target).
 
 import tensorflow as tf
 
-from batchrl.algorithms.advantage import masked_mean
+from batchrl.algorithms.advantage import importance_ratio, masked, masked_mean
 
 
 def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
@@ -19,7 +19,8 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
     - entropy_coef * E[H]`, with the importance ratio `r_t = exp(log_prob - old_log_prob)`,
     the mean KL of each row `KL_e` (a row is an episode or a chunk of one),
     `c = kl_cutoff_factor * kl_target`, and the policy's entropy `H` (the bonus of
-    arXiv:1707.06347, eq. 9).
+    arXiv:1707.06347, eq. 9). Masked-out steps count as 0 whatever they hold (NaN and
+    infinities included) and pass no gradient (`batchrl.algorithms.advantage.masked`).
 
     Args:
       log_prob: float32 `[rows, time]`, log pi(a_t | s_t) under the current policy.
@@ -37,8 +38,8 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
       dict of float32 scalars: `loss` (the total), `surrogate`, `kl`, `kl_penalty`,
       `cutoff_penalty`, `cutoff_count` (rows whose KL exceeds the cut-off).
     """
-    ratio = tf.exp(log_prob - tf.stop_gradient(old_log_prob))
-    surrogate = -masked_mean(ratio * tf.stop_gradient(advantage), mask)
+    ratio = importance_ratio(log_prob, tf.stop_gradient(old_log_prob), mask)
+    surrogate = -masked_mean(ratio * masked(tf.stop_gradient(advantage), mask), mask)
     mean_kl = masked_mean(kl, mask)
     episode_kl = masked_mean(kl, mask, axis=1)
     cutoff = kl_cutoff_factor * kl_target
@@ -60,8 +61,12 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
 
 
 def value_loss(value, target, mask):
-    """Half the mean squared error of the value predictions over valid steps; scalar."""
-    return 0.5 * masked_mean(tf.square(value - tf.stop_gradient(target)), mask)
+    """Half the mean squared error of the value predictions `value` (the value network's,
+    finite) against `target` over the valid steps (`mask` 1); float32 scalar. The targets
+    are masked before the difference, so that a NaN or infinite target at a masked-out
+    step adds nothing and passes no NaN gradient."""
+    target = masked(tf.stop_gradient(target), mask)
+    return 0.5 * masked_mean(tf.square(value - target), mask)
 
 
 def adapted_penalty(penalty, kl, kl_target, factor=1.5, high_ratio=1.3, low_ratio=0.7,
