@@ -1,5 +1,6 @@
 """`batchrl.Agent`: an algorithm of a config, for a loop that the application drives."""
 
+import contextlib
 import json
 import pathlib
 import pickle
@@ -9,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import build as build_lib
-from batchrl import configs, environments, spaces
+from batchrl import configs, spaces
 from batchrl import export as export_lib
 from batchrl.tools import nested
 from batchrl.tools.application_batch_env import ApplicationBatchEnv
@@ -21,6 +22,17 @@ _CHECKPOINT = "agent"
 _HOST_STATE = "host_state.json"
 
 
+class _Environments(ApplicationBatchEnv):
+    """The application's environments as the algorithm sees them (`ApplicationBatchEnv`),
+    plus `interrupted`: bool `[num_envs]`, the episodes that the current `observe` drops
+    (`simulate.observe` leaves them out of `experience` and `end_episodes`)."""
+
+    def __init__(self, num_envs, observation_space, action_space):
+        super().__init__(num_envs, observation_space, action_space)
+        self.interrupted = tf.Variable(
+            tf.zeros([num_envs], tf.bool), trainable=False, name="interrupted")
+
+
 class Agent:
     """The config's algorithm (BatchPPO by default; config key `algorithm`) acting in, and
     learning from, `num_envs` environments that the application steps itself.
@@ -28,12 +40,29 @@ class Agent:
     The application asks for actions with `act` and reports what happened with `observe`,
     for all of its environments at once; episodes of different environments begin and end
     independently (`act` after an `observe` that ended an environment's episode begins a
-    new one for it). Each call is one traced `tf.function` (run eagerly under `eager: true`,
-    for the whole process) around the graph code that `simulate` uses
-    (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly as `train` does:
-    it updates once `update_every` episodes have ended. The global step counts environment
-    steps (`num_envs` per `observe`); `lr_schedule: linear` and `kl_schedule:
-    linear` decay over the config's `steps`.
+    new one for it; `reset` begins new ones in environments whose episodes the application
+    ends itself). Each call is one traced `tf.function` around the graph code that
+    `simulate` uses (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly
+    as `train` does: it updates once `update_every` episodes have ended. The global step
+    counts environment steps (`num_envs` per `observe`); `lr_schedule: linear` and
+    `kl_schedule: linear` decay over the config's `steps`.
+
+    Training episodes and deterministic (evaluation) steps: a training episode is made of
+    sampled steps (`act()` then `observe`) only. The first `act(deterministic=True)` after
+    sampled steps ends every training episode in progress there, as truncated: its value
+    is bootstrapped from the last `final_observation` it was given, and its score is not
+    recorded in the `mean_score` summary (it is not a whole episode). The next sampled
+    `act` begins new training episodes, so that no stored episode spans deterministic
+    steps or a reset of the environment. A recurrent policy's deterministic steps run on a
+    recurrent state of their own, one per environment, advanced by every
+    `act(deterministic=True)` and zeroed by `reset` and by an `observe` after a
+    deterministic action that ends the episode.
+
+    The Agent leaves the process alone: creating or loading one reseeds none of Python's,
+    NumPy's or TensorFlow's global random generators (the weights follow from `seed`, the
+    actions from the algorithm's own generator), and `eager: true` runs only the Agent's
+    own calls eagerly (the process's `tf.config.functions_run_eagerly()` is switched for
+    the duration of each call and restored after; not thread-safe).
 
     For a `Box` action space with finite bounds the policy acts in [-1, 1], as in `train`:
     actions are clipped to [-1, 1] and mapped to the space's bounds before they are
@@ -58,11 +87,17 @@ class Agent:
 
     Raises:
       ConfigError: the config's network does not fit the spaces, a space is not supported
-        (the message names the leaf), or no episode length limit is known (set
-        `max_length`).
+        (the message names the leaf), or config key `max_length` (the longest episode of
+        the application's environments) is not set: the Agent never reads the config's
+        `env`.
     """
 
     def __init__(self, config, observation_space, action_space, logdir=None):
+        if not config.max_length:
+            raise configs.ConfigError(
+                "batchrl.Agent needs config key 'max_length', the longest episode of the "
+                "application's environments (e.g. max_length=env.spec.max_episode_steps); "
+                "it does not read the config's env")
         self._config = config
         self._num_envs = int(config.num_agents)
         self.observation_space = observation_space
@@ -74,11 +109,11 @@ class Agent:
             raise configs.ConfigError(str(error)) from None
         self._nested = not isinstance(observation_space, gym.spaces.Box)
         self._observ_shape = tuple(observation_space.shape or ())
-        self._batch_env = ApplicationBatchEnv(
+        self._batch_env = _Environments(
             self._num_envs, policy_observation_space, policy_action_space)
-        self._built = build_lib.build(config, self._batch_env)
+        self._built = build_lib.build(config, self._batch_env, process_eager=False)
         self._algo = self._built.algo
-        self._max_length = int(environments.episode_limit(config))
+        self._max_length = int(config.max_length)
         self._logdir = logdir
         self._writer = (tf.summary.create_file_writer(str(logdir)) if logdir is not None
                         else tf.summary.create_noop_writer())
@@ -96,6 +131,8 @@ class Agent:
                 length=episode.length),
             eval_state=self._eval_state)
         self._pending = None  # "train" after act, "eval" after act(deterministic=True).
+        # The steps of each environment's training episode in progress: 0 exactly where
+        # `batch_env.done` is set (no episode in progress; the next sampled act begins one).
         self._lengths = np.zeros(self._num_envs, np.int64)
         self._last_log = 0
         self._trace()
@@ -110,13 +147,16 @@ class Agent:
             layered over `configs/default.yaml`.
           observation_space, action_space: the spaces of one environment (see `Agent`).
           num_envs: int >= 1, the environments the application steps at once.
-          seed: int, seeds the networks and the action sampling.
+          seed: int, seeds the networks and the action sampling (local generators: the
+            process's global ones are left as they are).
           logdir: optional directory for TensorBoard summaries.
-          **overrides: config keys, validated like `--set`.
+          **overrides: config keys, validated like `--set`. `max_length` (the longest
+            episode of the application's environments, e.g. their
+            `spec.max_episode_steps`) is required, here or in the config.
 
         Raises:
-          ConfigError: unknown config, key or value, or a network that does not fit the
-            spaces.
+          ConfigError: unknown config, key or value, a network that does not fit the
+            spaces, or no `max_length`.
         """
         overrides = dict(overrides, num_agents=num_envs, seed=seed)
         if isinstance(config, dict):
@@ -142,8 +182,9 @@ class Agent:
           observation: `[num_envs, *observation_shape]` array (cast to float32); for a
             nested space, a dict / tuple nested as the space with such an array per leaf
             (`Discrete` leaves: integers `[num_envs]`).
-          deterministic: the mean (mode) action, recording nothing; else a sampled action
-            that the next `observe` completes.
+          deterministic: the mean (mode) action, recording nothing (training episodes in
+            progress end here, see `Agent`); else a sampled action that the next `observe`
+            completes.
 
         Returns:
           numpy `[num_envs, *action_shape]`: float32 within the `Box`'s bounds, or int32
@@ -160,13 +201,15 @@ class Agent:
             raise RuntimeError(
                 "act() called again before observe(): report the result of the last action "
                 "first")
-        if deterministic:
-            action = self._act_deterministic(observ)
-            self._pending = "eval"
-        else:
-            action = self._act_sampled(observ)
-            self._pending = "train"
-        return tf.nest.map_structure(lambda tensor: tensor.numpy(), action)
+        with self._mode():
+            if deterministic:
+                self._end_training_episodes(self._lengths > 0)
+                action = self._act_deterministic(observ)
+                self._pending = "eval"
+            else:
+                action = self._act_sampled(observ)
+                self._pending = "train"
+            return tf.nest.map_structure(lambda tensor: tensor.numpy(), action)
 
     def observe(self, reward, terminated, truncated, final_observation=None):
         """Reports the step that the actions of the last `act` led to.
@@ -190,8 +233,11 @@ class Agent:
 
         Raises:
           RuntimeError: no `act` came before.
-          ValueError: wrong shapes, non-finite rewards or observations, or an episode
-            longer than the config's `max_length`.
+          ValueError: wrong shapes or non-finite rewards or observations (nothing is
+            recorded; `observe` may be called again); or episodes longer than the config's
+            `max_length`: raised after the step is recorded for the other environments,
+            the episodes of the environments named are dropped, nothing else is lost, and
+            the next `act` begins new episodes for them.
         """
         if self._pending is None:
             raise RuntimeError("observe() without act(): call act() for the step first")
@@ -201,7 +247,8 @@ class Agent:
         truncated = self._check_flags(truncated, "truncated")
         done = terminated | truncated
         if self._pending == "eval":
-            self._reset_eval_state(done)
+            with self._mode():
+                self._reset_eval_state(done)
             self._pending = None
             return done
         if final_observation is None:
@@ -211,21 +258,51 @@ class Agent:
             if self._nested:
                 nextob = self._flatten(nextob)
         lengths = self._lengths + 1
-        too_long = np.flatnonzero(lengths > self._max_length)
-        if too_long.size:
-            raise ValueError(
-                f"the episodes of environments {too_long.tolist()} passed max_length="
-                f"{self._max_length} steps without ending: set max_length (config key) to "
-                f"the longest episode")
+        drop = lengths > self._max_length  # The step does not fit the episode's memory.
         step = self.step + self._num_envs
         log = self._logdir is not None and (
             step // self._config.log_every > self._last_log // self._config.log_every)
-        self._observe(reward, terminated, truncated, nextob, tf.constant(log))
+        with self._mode():
+            self._observe(reward, terminated, truncated, nextob, drop, tf.constant(log))
         if log:
             self._last_log = step
-        self._lengths = np.where(done, 0, lengths)
+        self._lengths = np.where(done | drop, 0, lengths)
         self._pending = None
+        if drop.any():
+            raise ValueError(
+                f"the episodes of environments {np.flatnonzero(drop).tolist()} passed "
+                f"max_length={self._max_length} steps without ending and were dropped (the "
+                f"next act() begins new ones; the other environments' step was recorded): "
+                f"set max_length (config key) to the longest episode")
         return done
+
+    def reset(self, indices=None):
+        """Begins new episodes in the given environments, for an application that resets
+        them itself (an episode it cuts short, or before an evaluation).
+
+        For each environment: its deterministic (evaluation) recurrent state becomes zero,
+        so that the next `act(deterministic=True)` begins an episode; a training episode in
+        progress there ends, as truncated (its value is bootstrapped from the last
+        `final_observation` it was given; stored for the next update, which may run now;
+        its score is not recorded in the `mean_score` summary), and the next sampled `act`
+        begins a new one. Environments without an episode in progress are unaffected.
+
+        Args:
+          indices: environment indices (ints in `[0, num_envs)`, no duplicates), or None
+            for all environments.
+
+        Raises:
+          RuntimeError: between a sampled `act` and its `observe`.
+          ValueError: an index out of range or given twice.
+        """
+        if self._pending == "train":
+            raise RuntimeError(
+                "reset() between act() and observe(): report the result of the last sampled "
+                "action first")
+        mask = self._index_mask(indices)
+        with self._mode():
+            self._end_training_episodes(mask & (self._lengths > 0))
+            self._reset_eval_state(mask)
 
     def save(self, directory):
         """Writes everything the agent needs to continue exactly where it is to `directory`:
@@ -289,13 +366,55 @@ class Agent:
         Returns:
           the directory, as given.
         """
-        return export_lib.export_policy(
-            self._algo, self.observation_space, self.action_space, directory, seed)
+        with self._mode():
+            return export_lib.export_policy(
+                self._algo, self.observation_space, self.action_space, directory, seed)
 
     def close(self):
         """Flushes and closes the summary writer."""
         self._writer.flush()
         self._writer.close()
+
+    @contextlib.contextmanager
+    def _mode(self):
+        """Runs the block's `tf.function`s eagerly exactly when the config says `eager`,
+        restoring the process's setting after."""
+        before = tf.config.functions_run_eagerly()
+        eager = bool(self._config.eager)
+        if before != eager:
+            tf.config.run_functions_eagerly(eager)
+        try:
+            yield
+        finally:
+            if before != eager:
+                tf.config.run_functions_eagerly(before)
+
+    def _end_training_episodes(self, mask):
+        """Ends the training episodes in progress of the environments of `mask` (numpy
+        bool `[num_envs]`, only where `self._lengths > 0`) as truncated, and marks them so
+        that the next sampled `act` begins new ones."""
+        if mask.any():
+            self._end_episodes(mask)
+            self._lengths = np.where(mask, 0, self._lengths)
+
+    def _index_mask(self, indices):
+        """numpy bool `[num_envs]`, True at `indices` (None: everywhere)."""
+        mask = np.zeros(self._num_envs, bool)
+        if indices is None:
+            mask[:] = True
+            return mask
+        array = np.asarray(indices)
+        if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
+            raise ValueError(f"indices must be a list of ints, got {indices!r}")
+        outside = array[(array < 0) | (array >= self._num_envs)]
+        if outside.size:
+            raise ValueError(
+                f"indices {outside.tolist()} outside [0, {self._num_envs}) (num_envs)")
+        values, counts = np.unique(array, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"indices {values[counts > 1].tolist()} given twice")
+        mask[array.astype(np.int64)] = True
+        return mask
 
     # Graph functions, traced once each (`_trace`).
 
@@ -310,10 +429,11 @@ class Agent:
             lambda observ: spaces.to_policy_observation(observ, self.observation_space),
             input_signature=[observ_spec])
         self._observe = tf.function(self._observe_graph, input_signature=[
-            tf.TensorSpec([self._num_envs], tf.float32), flags, flags, flat_spec,
+            tf.TensorSpec([self._num_envs], tf.float32), flags, flags, flat_spec, flags,
             tf.TensorSpec([], tf.bool)])
         self._reset_eval_state = tf.function(
             self._reset_eval_state_graph, input_signature=[flags])
+        self._end_episodes = tf.function(self._end_episodes_graph, input_signature=[flags])
 
     def _act_graph(self, observation):
         observ = spaces.to_policy_observation(observation, self.observation_space)
@@ -327,13 +447,30 @@ class Agent:
             action = tf.identity(action)
         return spaces.to_action_space(action, self.action_space)
 
-    def _observe_graph(self, reward, terminated, truncated, nextob, log):
+    def _observe_graph(self, reward, terminated, truncated, nextob, drop, log):
+        """`simulate.observe`, leaving out the episodes of `drop` (bool `[num_envs]`):
+        nothing of them is stored, and they are marked done so that the next `act` begins
+        new ones."""
         with self._writer.as_default(step=self._built.step):
             counted = self._built.step.assign_add(self._num_envs)
-            with tf.control_dependencies([counted]):
+            marked = self._batch_env.interrupted.assign(drop)
+            with tf.control_dependencies([counted, marked]):
                 done, _ = simulate_observe(
-                    self._batch_env, self._algo, reward, terminated, truncated, nextob, log)
+                    self._batch_env, self._algo, reward, terminated,
+                    tf.logical_or(truncated, drop), nextob, log)
         return done
+
+    def _end_episodes_graph(self, ended):
+        """`algo.end_episodes` for the environments of `ended` (bool `[num_envs]`, episodes
+        in progress whose last step was not terminal, so they are stored as truncated),
+        then sets their `done` flags."""
+        with self._writer.as_default(step=self._built.step):
+            indices = tf.cast(tf.reshape(tf.where(ended), [-1]), tf.int32)
+            stored = self._algo.end_episodes(indices)
+            deps = [x for x in tf.nest.flatten(stored) if x is not None]
+            with tf.control_dependencies(deps):
+                done = tf.logical_or(self._batch_env.done, ended)
+            return self._batch_env.done.assign(done)
 
     def _reset_eval_state_graph(self, done):
         keep = 1.0 - tf.cast(done, tf.float32)[:, None]

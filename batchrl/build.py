@@ -4,8 +4,8 @@ TRPO, A2C or one of `build_algorithm`) and its checkpoint (shared by `train`, `v
 
 import collections
 import importlib
+import random
 
-import keras
 import tensorflow as tf
 
 from batchrl import configs, environments
@@ -99,19 +99,31 @@ def check(config):
     algorithm_class(config)
 
 
-def build(config, batch_env):
+def build(config, batch_env, process_eager=True):
     """The agent of `config` acting in `batch_env`.
 
-    Seeds Keras (network initialization) with `config.seed`, runs every `tf.function` of
-    the process eagerly from now on when `config.eager` (traced otherwise), wraps
-    `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
-    `batchrl.envs`), and builds the config's algorithm with a global step (int64, training
+    Wraps `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
+    `batchrl.envs`) and builds the config's algorithm with a global step (int64, training
     environment steps) and the `is_training` / `should_log` variables.
+
+    The networks' initial weights are a function of `config.seed` alone, and the process's
+    random generators are left as they were: Keras draws the seeds of the networks'
+    unseeded initializers from Python's global `random` generator
+    (`keras.random.make_default_seed`), so it is seeded with `config.seed` while the
+    algorithm is built and then given back its previous state (the same weights as
+    `keras.utils.set_random_seed(config.seed)` before the build). NumPy's and TensorFlow's
+    global generators are not touched; the algorithm samples with its own
+    `tf.random.Generator` seeded with `config.seed`. (Not thread-safe: another thread
+    drawing from `random` during the build would draw from the seeded state.)
 
     Args:
       config: a validated `Config`.
       batch_env: a `BatchEnv` of the config's environment, or an in-graph environment
         (`environments.create_batch` returns either).
+      process_eager: bool; True (the commands, which own their process): every
+        `tf.function` of the process runs eagerly from now on when `config.eager` (traced
+        otherwise). False (`batchrl.Agent`, inside an application): the process's eager
+        mode is left alone, and the caller runs its functions under `config.eager`.
 
     Returns:
       `Built`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
@@ -122,8 +134,8 @@ def build(config, batch_env):
         algorithm is unknown or does not fit the config (`algorithm_class`).
     """
     algorithm = algorithm_class(config)
-    tf.config.run_functions_eagerly(bool(config.eager))
-    keras.utils.set_random_seed(config.seed)
+    if process_eager:
+        tf.config.run_functions_eagerly(bool(config.eager))
     if getattr(batch_env, "in_graph", False) is True:
         in_graph = batch_env
     else:
@@ -134,10 +146,14 @@ def build(config, batch_env):
     algo_config = configs.Config(config)
     algo_config["network"] = NETWORKS[config.network]
     algo_config["max_length"] = environments.episode_limit(config)
+    python_random = random.getstate()
+    random.seed(config.seed)
     try:
         algo = algorithm(in_graph, step, is_training, should_log, algo_config)
     except ValueError as error:  # The networks check the spaces they are built for.
         raise configs.ConfigError(
             f"config key 'network' is {config.network!r}: {error}") from None
+    finally:
+        random.setstate(python_random)
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
     return Built(in_graph, algo, step, is_training, should_log, checkpoint)

@@ -15,14 +15,17 @@ seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 # puts the final one into info["final_obs"] (the default NEXT_STEP spends a step on resets).
 mode = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 envs = gym.make_vec("CartPole-v1", 8, vectorization_mode="sync", vector_kwargs=mode)
+# max_length: the longest episode of these environments (CartPole-v1's time limit, 500).
 agent = batchrl.Agent.create("cartpole", envs.single_observation_space,
-                             envs.single_action_space, num_envs=8, seed=seed)
+                             envs.single_action_space, num_envs=8, seed=seed,
+                             max_length=envs.spec.max_episode_steps)
 
 
 def evaluate():
     """Mean return of the first episode of 8 environments, with the mean action."""
     eval_envs = gym.make_vec("CartPole-v1", 8, vectorization_mode="sync", vector_kwargs=mode)
     observation, _ = eval_envs.reset(seed=seed + 1000)
+    agent.reset()  # New episodes in all 8 (the training episodes in progress end here).
     score, first = np.zeros(8), np.full(8, np.nan)
     while np.isnan(first).any():
         action = agent.act(observation, deterministic=True)

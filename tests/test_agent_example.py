@@ -15,10 +15,12 @@ def test_readme_shows_the_example_script():
 
 
 def test_example_trains_and_evaluates():
-    """10k steps: one evaluation; the line it prints is the example's output format."""
+    """10k steps: one evaluation; the line it prints is the example's output format. The
+    return must show learning: an untrained agent scores 9.6-56.9 and a random policy about
+    22, where the example reached 481.6 at 10k steps (seed 0)."""
     result = subprocess.run([sys.executable, str(SCRIPT), "10000", "0"], capture_output=True,
                             text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("step")]
     assert len(lines) == 1 and lines[0].startswith("step 10,000: eval return ")
-    assert 8.0 <= float(lines[0].rsplit(" ", 1)[1]) <= 500.0
+    assert 100.0 <= float(lines[0].rsplit(" ", 1)[1]) <= 500.0
