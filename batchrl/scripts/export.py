@@ -5,7 +5,9 @@ latest checkpoint (or `--checkpoint`) and writes what `batchrl.Agent.export` wri
 `batchrl.export.export_policy`): a SavedModel whose `serving_default` signature maps
 `observation` (float32 `[None, ...]`, unnormalized) to the mean `action` in the
 environment's action space, with a `sample` signature for sampled actions; recurrent
-policies take and return `state`. It loads with `tf.saved_model.load` without batchrl.
+policies take and return `state`. It loads with `tf.saved_model.load` without batchrl, and no
+signature changes a variable, so it converts to TensorFlow Lite
+(`tf.lite.TFLiteConverter.from_saved_model`) and to ONNX (tf2onnx) as it is.
 """
 
 import argparse
@@ -23,6 +25,15 @@ def export_run(config, checkpoint, outdir, seed=0):
     actions are mapped into the unwrapped environment's action space. A nested observation
     or action space is the environment's own, one input or output per leaf
     (`batchrl.export.export_policy`).
+
+    Args:
+      config: the run's validated `Config` (`find_run`).
+      checkpoint: the checkpoint prefix to restore, e.g. `RUN/ckpt-20000`.
+      outdir: where to write the SavedModel.
+      seed: int, the seed of the `sample` signature's random ops.
+
+    Returns:
+      `outdir`, as given.
 
     Raises:
       ConfigError: the environment has no Gymnasium twin, or the checkpoint does not fit.
@@ -81,7 +92,8 @@ def _parser():
         "--checkpoint", default=None, metavar="PATH",
         help="checkpoint prefix to load, e.g. LOGDIR/ckpt-20000 (default: the latest)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the 'sample' signature (default: %(default)s)")
+                        help="seed of the 'sample' signature's random ops "
+                             "(default: %(default)s)")
     return parser
 
 
