@@ -36,8 +36,9 @@ $(STAMP): pyproject.toml
 train: install
 	$(PY) -m batchrl.scripts.train --config=$(CONFIG) --logdir=$(LOGDIR)
 
+# Both cores: each test module runs whole on one worker (tests/conftest.py groups them).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 bench: install
 	$(PY) scripts/throughput_benchmark.py

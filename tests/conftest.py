@@ -7,6 +7,21 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+# Modules that start Ray clusters: run one after the other on the same worker under
+# pytest-xdist, so that two clusters never share the two cores.
+_RAY_MODULES = {"test_batch_env_contract", "test_ray_benchmark", "test_ray_env"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Groups the tests for `pytest -n 2 --dist loadgroup` (the Makefile's `test`): each
+    module runs whole on one worker, so its module-scoped fixtures (training runs, Ray
+    clusters) are built once; the Ray modules share one group."""
+    for item in items:
+        name = item.module.__name__.rpartition(".")[2]
+        group = "ray" if name in _RAY_MODULES else name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_configure(config):
     # Many training runs share this process's TensorFlow, whose inter-op threads are fixed
     # once it runs: the warning that a run's setting is not applied is expected here.

@@ -339,7 +339,7 @@ def test_environment_failures_close_the_batch(fault, error, pattern):
 
 def test_killed_worker_is_reported_quickly():
     batch = ParallelBatchEnv(functools.partial(EchoEnv, (3,), (2,)), 5, num_workers=3,
-                             name="Echo")
+                             timeout=60.0, name="Echo")
     pids = batch.worker_pids
     batch.reset(seed=0)
     os.kill(pids[1], signal.SIGKILL)
@@ -347,7 +347,9 @@ def test_killed_worker_is_reported_quickly():
     with pytest.raises(WorkerError, match=r"^envs 2-3 \(Echo\): the worker process "
                                           rf"\(pid {pids[1]}\) died from signal SIGKILL"):
         batch.step(np.zeros((5, 2), np.float32))
-    assert time.monotonic() - start < 1.5
+    # Reported when the channel breaks, not after the 60 s timeout (bound far below it, so
+    # that a loaded machine does not fail the test).
+    assert time.monotonic() - start < 20.0
     assert_workers_gone(pids)
     batch.close()
     batch.close()
@@ -362,7 +364,7 @@ def test_hung_worker_times_out():
     with pytest.raises(WorkerError, match=r"^envs 0-1 \(.*\): the worker process \(pid \d+\) "
                                           r"did not answer within 1 s and was killed"):
         batch.step(np.zeros((3, 1), np.float32))
-    assert 0.9 < time.monotonic() - start < 3.0
+    assert 0.9 < time.monotonic() - start < 20.0  # The hang lasts 60 s.
     assert_workers_gone(pids)
 
 
@@ -422,7 +424,8 @@ def test_no_leak_and_no_tracker_warning_at_exit(end):
     start = time.monotonic()
     process = subprocess.run([sys.executable, "-c", _SCRIPT, end], capture_output=True,
                              text=True, timeout=60)
-    assert time.monotonic() - start < 5.0  # No worker waited for in vain at exit.
+    # No worker waited for in vain at exit (that would take the 60 s timeout).
+    assert time.monotonic() - start < 30.0
     assert process.returncode == (0 if end == "exit" else -signal.SIGKILL), process.stderr
     parent, *pids = [int(pid) for pid in process.stdout.split()]
     assert len(pids) == 4

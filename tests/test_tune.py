@@ -22,6 +22,8 @@ import tune  # noqa: E402
 
 # Prints the training command's eval lines; trial N scores -100 N + step / 1000 + seed, so
 # later trials are worse. SIGTERM leaves a `terminated` file; FAKE_EXIT=CODE fails at once.
+# FAKE_SLEEP: seconds before each eval line; FAKE_LATER_SLEEP: instead, for trials after the
+# first, once they have printed their first eval line (so that they are pruned mid-run).
 FAKE_TRAINER = '''
 import os, pathlib, re, signal, sys, time
 args = sys.argv[1:]
@@ -41,7 +43,10 @@ if os.environ.get("FAKE_EXIT"):
     sys.exit(int(os.environ["FAKE_EXIT"]))
 steps, every = int(sets["steps"]), int(sets["eval_every"])
 for step in range(every, steps + 1, every):
-    time.sleep(float(os.environ.get("FAKE_SLEEP", "0.02")))
+    sleep = os.environ.get("FAKE_SLEEP", "0.02")
+    if trial > 0 and step > every:
+        sleep = os.environ.get("FAKE_LATER_SLEEP", sleep)
+    time.sleep(float(sleep))
     score = -100.0 * trial + step / 1000 + int(sets["seed"])
     print(f"step {step:>10,}  train score {score:9.1f} (5 episodes, 100 steps/s)  "
           f"eval score {score:9.1f} (2 episodes, 90 steps/s)", flush=True)
@@ -228,7 +233,8 @@ def test_resume_marks_stale_running_trials_failed(tmp_path, fake):
 
 
 def test_fake_study_prunes_resumes_and_writes_reports(tmp_path, fake, capsys, monkeypatch):
-    monkeypatch.setenv("FAKE_SLEEP", "0.25")  # Pruned runs are still running when pruned.
+    # Pruned runs are still running when pruned: they would take 60 s more.
+    monkeypatch.setenv("FAKE_LATER_SLEEP", "20")
     output = tmp_path / "out"
     args = _fake_args(output, fake, "--startup-trials", "1", "--warmup", "0")
     assert tune.main(args) == 0
@@ -310,7 +316,11 @@ def test_tiny_real_study(tmp_path):
     assert "| 0 | complete |" in (output / "trials.md").read_text()
     best = configs.load(str(output / "best.yaml"))
     assert best.env == "CartPole-v1" and best.steps == 1000 and best.policy_layers == [16]
-    assert 1e-4 <= best.policy_lr <= 1e-3 and best.update_epochs in (1, 2)
+    study = optuna.load_study(study_name="cartpole", storage=f"sqlite:///{output / 'study.db'}")
+    complete = [trial for trial in study.trials if trial.state == TrialState.COMPLETE]
+    highest = max(complete, key=lambda trial: trial.value)  # The study maximizes the return.
+    assert best.policy_lr == highest.params["policy_lr"]
+    assert best.update_epochs == highest.params["update_epochs"]
     assert (output / "trial-1" / "seed-0" / "ckpt-1000.index").exists()
 
 
