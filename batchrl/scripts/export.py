@@ -14,6 +14,8 @@ import argparse
 import sys
 
 from batchrl import configs
+from batchrl.scripts import quiet
+from batchrl.scripts.train import start_tensorflow
 from batchrl.scripts.visualize import find_run
 
 
@@ -94,12 +96,14 @@ def _parser():
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the 'sample' signature's random ops "
                              "(default: %(default)s)")
+    quiet.add_verbose_flag(parser)
     return parser
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
+        start_tensorflow(args.verbose)  # Before find_run, which imports TensorFlow.
         config, checkpoint = find_run(args.logdir, args.checkpoint)
         export_run(config, checkpoint, args.outdir, args.seed)
     except configs.ConfigError as error:

@@ -17,11 +17,25 @@ import threading
 import warnings
 
 from batchrl import configs
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
+from batchrl.scripts import quiet
 
 # TensorFlow is imported inside functions, so that `--help` and errors in config keys are
 # instant and worker processes that import this package's environment code stay light.
+# `main` sets TF_CPP_MIN_LOG_LEVEL and imports it quietly (`start_tensorflow`).
+
+
+def start_tensorflow(verbose=False):
+    """Imports TensorFlow and initializes its devices, its start-up logs hidden unless
+    `verbose` (`batchrl.scripts.quiet`): call before anything else imports TensorFlow.
+
+    The inter-op thread pool can still be sized afterwards (`set_inter_op_threads`): listing
+    the devices does not start TensorFlow's runtime.
+    """
+    quiet.set_log_level(verbose)
+    with quiet.hidden_stderr(not verbose):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # CUDA's cuInit error line comes here.
 
 
 def check_resume(logdir, config):
@@ -71,7 +85,7 @@ def inter_op_threads(config):
     Measured on the 2-core machine of docs/performance.md: with the environments in this
     process, one thread (running a step's ops one after another, none handed between
     threads) saved about 40 us per batch step of 32 Pendulums, and BatchPPO's updates were
-    no slower; with worker processes (`env_processes`) and with the in-graph environments
+    no slower; with worker processes (`env_backend: processes`) and with the in-graph environments
     of `batchrl.envs` the default was faster.
     """
     from batchrl import environments
@@ -80,7 +94,8 @@ def inter_op_threads(config):
         return config.inter_op_threads
     if environments.envpool_task(config.env) is not None:
         return 1  # EnvPool's threads step the batch in this process.
-    in_process = not config.env_processes and environments.native_class(config.env) is None
+    in_process = (config.env_backend == "local"
+                  and environments.native_class(config.env) is None)
     return 1 if in_process else 0
 
 
@@ -202,6 +217,7 @@ def _parser():
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
         help="show a progress bar (default: only when the output is a terminal)")
+    quiet.add_verbose_flag(parser)
     return parser
 
 
@@ -209,7 +225,8 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
-        from batchrl import build as build_lib  # Imports TensorFlow.
+        start_tensorflow(args.verbose)
+        from batchrl import build as build_lib
         from batchrl import environments
 
         build_lib.check(config)

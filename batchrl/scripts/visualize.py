@@ -37,9 +37,11 @@ import sys
 import time
 
 from batchrl import configs
+from batchrl.scripts import quiet
+from batchrl.scripts.train import start_tensorflow
 
-# Before anything imports TensorFlow, MuJoCo or pygame (they read these when imported).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Before anything imports MuJoCo or pygame (they read these when imported); `main` sets
+# TF_CPP_MIN_LOG_LEVEL (`batchrl.scripts.quiet`).
 os.environ.setdefault("MUJOCO_GL", "egl")  # Off-screen OpenGL without a display.
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # No X11/Wayland for pygame's surfaces.
 
@@ -290,6 +292,7 @@ def _parser():
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,
         help="show a progress bar (default: only when the output is a terminal)")
+    quiet.add_verbose_flag(parser)
     return parser
 
 
@@ -302,8 +305,9 @@ def _error(error):
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
+        start_tensorflow(args.verbose)  # Before find_run, which imports TensorFlow.
         config, checkpoint = find_run(args.logdir, args.checkpoint)
-        from batchrl import build as build_lib  # Imports TensorFlow.
+        from batchrl import build as build_lib
 
         build_lib.check(config)
     except configs.ConfigError as error:

@@ -1,0 +1,112 @@
+"""A quiet start for the command-line programs: TensorFlow's start-up logs hidden unless
+`--verbose`.
+
+TensorFlow 2.21 prints, before a program's own first line:
+
+- while `import tensorflow` runs, twice (about a second apart):
+  `WARNING: All log messages before absl::InitializeLog() is called are written to STDERR`,
+  `I0000 ... port.cc:153] oneDNN custom operations are on...` and
+  `I0000 ... cudart_stub.cc:31] Could not find cuda drivers...`. absl writes these before
+  TensorFlow reads `TF_CPP_MIN_LOG_LEVEL` (they appear even with 3; no environment variable
+  of absl or glog hides them), so only file descriptor 2 sent elsewhere hides them:
+  `hidden_stderr`;
+- at the first use of the devices (`tf.config.list_physical_devices()` or the first op),
+  not at import: `E0000 ... cuda_platform.cc:52] failed call to cuInit: ... UNKNOWN ERROR
+  (303)` on a machine without a GPU driver. `TF_CPP_MIN_LOG_LEVEL=3` hides it, but also
+  every later C++ error line of the run; the programs instead list the devices inside
+  `hidden_stderr`, right after the import, and keep level 2;
+- at level 0 (TensorFlow's default), `I0000 ... cpu_feature_guard.cc] This TensorFlow binary
+  is optimized to use available CPU instructions...` during the import.
+
+The programs (`batchrl.scripts.train.start_tensorflow`) call `set_log_level(verbose)` before
+anything imports TensorFlow, then import it and list the devices in
+`with hidden_stderr(not verbose):`. Only that window is hidden: Python warnings and errors
+of batchrl and the C++ ERROR and FATAL lines after start-up reach stderr. This module never
+imports TensorFlow.
+"""
+
+import contextlib
+import os
+import sys
+import tempfile
+
+LOG_LEVEL = "2"  # TF_CPP_MIN_LOG_LEVEL of a quiet run: C++ INFO and WARNING lines hidden.
+
+
+def add_verbose_flag(parser):
+    """Adds the programs' `--verbose` flag (bool `args.verbose`) to the
+    `argparse.ArgumentParser` `parser`."""
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="show TensorFlow's start-up logs (hidden by default; TF_CPP_MIN_LOG_LEVEL, "
+             "when set, chooses which C++ log lines follow)")
+
+
+def set_log_level(verbose):
+    """Sets `TF_CPP_MIN_LOG_LEVEL` for TensorFlow's C++ logs (read when TensorFlow is
+    imported, so call this first).
+
+    A quiet run (`verbose` false) gets `LOG_LEVEL` ("2": ERROR and FATAL lines only) unless
+    the user's environment sets the variable, whose value then wins (e.g.
+    `TF_CPP_MIN_LOG_LEVEL=0` to see TensorFlow's INFO lines after start-up). A verbose run
+    leaves the variable as it is (unset: TensorFlow's default 0, every line).
+
+    Args:
+      verbose: bool, the programs' `--verbose`.
+
+    Returns:
+      The value of `TF_CPP_MIN_LOG_LEVEL` now in `os.environ` (str), or None when unset.
+    """
+    if not verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", LOG_LEVEL)
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+
+
+@contextlib.contextmanager
+def hidden_stderr(hide=True):
+    """Sends file descriptor 2 (C, C++ and Python stderr alike) to a temporary file while
+    the block runs, and restores it after, however the block ends.
+
+    When the block raises an `Exception`, what it wrote is copied to the real stderr before
+    the exception goes on, so that a failing TensorFlow import still explains itself. A
+    process killed inside the block (e.g. a C++ abort) loses those lines: run with
+    `--verbose` to see them. Not thread-safe: other threads' stderr is hidden too.
+
+    Args:
+      hide: bool; false makes this a no-op (the programs' `--verbose`).
+
+    Yields:
+      None.
+    """
+    if not hide:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # No file descriptor 2 (a daemon): nothing to hide.
+        yield
+        return
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception:
+            _restore(saved)
+            saved = None
+            log.seek(0)
+            text = log.read()
+            while text:
+                text = text[os.write(2, text):]
+            raise
+        finally:
+            if saved is not None:
+                _restore(saved)
+
+
+def _restore(saved):
+    """Points file descriptor 2 back at `saved` (a duplicate of it) and closes `saved`."""
+    sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)

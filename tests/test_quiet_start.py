@@ -1,0 +1,121 @@
+"""A quiet start: the programs print no TensorFlow log line before their own first line
+unless `--verbose` (`batchrl.scripts.quiet`)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from batchrl.scripts import export, quiet, train, visualize
+
+# TensorFlow's C++ log lines (absl format: `I0000 00:00:... file.cc:12] ...`), absl's notice
+# before its initialization, and the start-up messages of TF 2.21 on a machine without GPU.
+TF_LOG = re.compile(r"^[IWEF]\d{4} |WARNING: All log messages before absl|oneDNN|cuda",
+                    re.IGNORECASE)
+SHORT_RUN = ["--config=pendulum", "--set", "steps=100", "--set", "eval_every=100",
+             "--set", "num_agents=2", "--set", "update_every=2", "--set", "update_epochs=1",
+             "--set", "eval_episodes=1", "--set", "steps_per_call=10", "--no-progress"]
+
+
+def _user_environment():
+    """The environment of a user who set no TensorFlow variable (pytest's conftest sets
+    TF_CPP_MIN_LOG_LEVEL for its own process)."""
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def _run(program, *flags):
+    """Runs `python -m batchrl.scripts.PROGRAM` as a user would; returns the exit code and
+    the non-empty lines of stdout and stderr merged."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"batchrl.scripts.{program}", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        env=_user_environment())
+    return result.returncode, [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_train_and_export_print_no_tensorflow_log(tmp_path):
+    code, lines = _run("train", f"--logdir={tmp_path / 'run'}", *SHORT_RUN)
+    assert code == 0, lines
+    assert lines[0].startswith("Training Pendulum-v1 with ppo"), lines
+    assert [line for line in lines if TF_LOG.search(line)] == [], lines
+    assert any(line.startswith("Final eval mean_score") for line in lines), lines
+    # export's find_run imports TensorFlow to find the latest checkpoint.
+    code, lines = _run("export", f"--logdir={tmp_path / 'run'}",
+                       f"--outdir={tmp_path / 'model'}")
+    assert code == 0, lines
+    assert len(lines) == 1 and lines[0].startswith("Exported the policy of"), lines
+
+
+def test_verbose_start_shows_tensorflow_logs_and_the_program_still_works():
+    # `--verbose` skips the hiding; TF 2.21 on x86-64 Linux prints its oneDNN line at import.
+    code = ("import sys; from batchrl.scripts import train; "
+            "train.start_tensorflow(verbose=True); print('batchrl first', flush=True); "
+            "import tensorflow as tf; print(float(tf.constant(2.0) * 3))")
+    result = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=120,
+                            env=_user_environment())
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "6.0"
+    before = lines[:lines.index("batchrl first")]
+    if os.uname().machine == "x86_64":
+        assert any(TF_LOG.search(line) for line in before), result.stdout
+
+
+def test_quiet_start_then_stderr_reaches_the_user():
+    # After the start, fd 2 is the user's again: Python warnings and C-level writes show.
+    code = ("import os, warnings; from batchrl.scripts import train; "
+            "train.start_tensorflow(); warnings.warn('batchrl says'); "
+            "os.write(2, b'c level line\\n')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=_user_environment())
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "UserWarning: batchrl says" in lines[0], result.stderr
+    assert "c level line" in lines, result.stderr
+    assert [line for line in lines if TF_LOG.search(line)] == [], result.stderr
+
+
+def test_hidden_stderr_hides_fd_2_only_inside_the_block(capfd):
+    os.write(2, b"before\n")
+    with quiet.hidden_stderr():
+        os.write(2, b"hidden\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "before\nafter\n"
+
+
+def test_hidden_stderr_replays_the_block_output_when_it_raises(capfd):
+    with pytest.raises(ImportError, match="no such module"):
+        with quiet.hidden_stderr():
+            os.write(2, b"why it failed\n")
+            raise ImportError("no such module")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "why it failed\nafter\n"
+
+
+def test_hidden_stderr_off_is_a_no_op(capfd):
+    with quiet.hidden_stderr(hide=False):
+        os.write(2, b"shown\n")
+    assert capfd.readouterr().err == "shown\n"
+
+
+def test_set_log_level_keeps_the_users_value(monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    assert quiet.set_log_level(verbose=True) is None
+    assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    assert quiet.set_log_level(verbose=False) == "2"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    assert quiet.set_log_level(verbose=False) == "0"
+
+
+@pytest.mark.parametrize("program", [train, visualize, export])
+def test_help_lists_verbose(program, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        program.main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--verbose show TensorFlow's start-up logs" in text
