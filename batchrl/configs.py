@@ -39,7 +39,13 @@ _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
             "kl_schedule": ("constant", "linear"),
-            "reward_normalizer": ("reward", "return"), "env_backend": ("local", "ray")}
+            "reward_normalizer": ("reward", "return"),
+            "env_backend": ("local", "processes", "envpool", "ray")}
+# The old spelling of an EnvPool task, `env: envpool:TASK`: env_backend envpool with env TASK.
+ENVPOOL_PREFIX = "envpool:"
+# Keys of older releases, and what replaced them (`_translate_old_keys`).
+_REPLACED = {"env_processes": "env_backend: write env_backend: local (for false) or "
+                              "env_backend: processes (for true)"}
 
 
 class ConfigError(ValueError):
@@ -164,7 +170,31 @@ def _check_algorithm(value):
     return value
 
 
+def _translate_envpool_prefix(layer, source):
+    """`layer` (one config layer: a file or the `--set` pairs) with its `env: envpool:TASK`
+    written as `env: TASK` and `env_backend: envpool`.
+
+    Raises:
+      ConfigError: the same layer also sets `env_backend` to another backend.
+    """
+    env = layer.get("env")
+    if not isinstance(env, str) or not env.startswith(ENVPOOL_PREFIX):
+        return layer
+    task = env[len(ENVPOOL_PREFIX):]
+    backend = layer.get("env_backend", "envpool")
+    if backend != "envpool":
+        raise ConfigError(
+            f"config keys 'env' ({env}) and 'env_backend' ({backend}) contradict each other "
+            f"in {source}: write env: {task} and choose the backend with env_backend alone "
+            f"(envpool for EnvPool's task {task})")
+    return {**layer, "env": task, "env_backend": "envpool"}
+
+
 def _merge(config, overrides, defaults, source):
+    for key in overrides:
+        if key in _REPLACED and key not in defaults:
+            raise ConfigError(f"config key {key!r} in {source} is replaced by {_REPLACED[key]}")
+    overrides = _translate_envpool_prefix(overrides, source)
     for key, value in overrides.items():
         if key not in defaults:
             raise ConfigError(
@@ -195,10 +225,14 @@ def load(name_or_path="default", overrides=None):
       overrides: list of `KEY=VALUE` strings (or a dict), applied last.
 
     Returns:
-      `Config`.
+      `Config`. With `env_backend: envpool`, its `env` is `envpool:TASK` (whether the files
+      wrote `env: TASK` or the old `env: envpool:TASK`): the form the code reads.
 
     Raises:
-      ConfigError: unknown config name, unknown key, wrong type or out-of-range value.
+      ConfigError: unknown config name, unknown key, wrong type or out-of-range value; a key
+        of older releases (`env_processes`; the message names `env_backend`); `env:
+        envpool:TASK` (the old spelling of `env: TASK` with `env_backend: envpool`, still
+        read) with another `env_backend` in the same file or `--set` pairs.
     """
     defaults = _read(CONFIG_DIR / "default.yaml")
     config = Config()
@@ -208,6 +242,16 @@ def load(name_or_path="default", overrides=None):
     if not isinstance(overrides, dict):
         overrides = parse_overrides(overrides)
     _merge(config, overrides, defaults, "--set")
+    return _with_envpool_prefix(config)
+
+
+def _with_envpool_prefix(config):
+    """`config` with `env` written `envpool:TASK` when `env_backend` is envpool: the one form
+    of an EnvPool task that the code reads (`environments.envpool_task`), in a loaded config
+    and in a run's `config.yaml`, so that `env` alone tells an EnvPool task from the
+    Gymnasium environment of the same id."""
+    if config.get("env_backend") == "envpool" and not config["env"].startswith(ENVPOOL_PREFIX):
+        config["env"] = ENVPOOL_PREFIX + config["env"]
     return config
 
 
@@ -221,6 +265,23 @@ def dump(config):
 def read_run_config(path):
     """Reads a run's `config.yaml` (written by `dump`); returns `Config`.
 
-    Keys added to `default.yaml` after the run was written take their default values.
+    Keys added to `default.yaml` after the run was written take their default values; the
+    backend keys of older runs are translated (`_translate_old_run`), so that they still
+    load, resume, render and export.
     """
-    return Config({**_read(CONFIG_DIR / "default.yaml"), **_read(path)})
+    return _with_envpool_prefix(Config({**_read(CONFIG_DIR / "default.yaml"),
+                                        **_translate_old_run(_read(path))}))
+
+
+def _translate_old_run(saved):
+    """A run's saved config with the backend keys of older releases written as today's:
+    `env: envpool:TASK` with `env_backend: envpool`; `env_processes` (dropped)
+    as `env_backend: processes` (true) or `local` (false), unless `env_backend` was `ray`."""
+    saved = dict(saved)
+    processes = saved.pop("env_processes", None)
+    env = saved.get("env")
+    if isinstance(env, str) and env.startswith(ENVPOOL_PREFIX):
+        saved["env_backend"] = "envpool"
+    elif processes is not None and saved.get("env_backend", "local") == "local":
+        saved["env_backend"] = "processes" if processes else "local"
+    return saved

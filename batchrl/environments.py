@@ -6,12 +6,15 @@ called with the keyword arguments `env_kwargs`. A `module:attribute` may also na
 in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true class attribute
 `in_graph`): the whole batch is then one object built in this process, in TensorFlow, and
 `gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
-`envpool:TASK` names an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`): the whole batch is
-one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process; `env_kwargs` are
-then the task's EnvPool options, and may give `num_threads` and `max_episode_steps` in place
-of `num_workers` and `max_length` (`envpool_settings`).
-With `env_backend: ray`, Gymnasium environments are hosted by Ray actors (a
-`batchrl.tools.ray_env.RayBatchEnv`, which imports Ray when it is built).
+The config key `env_backend` says where the environments step: `local` (a `BatchEnv` in
+this process), `processes` (a `ParallelBatchEnv` of worker processes), `ray` (a
+`batchrl.tools.ray_env.RayBatchEnv` of Ray actors, which imports Ray when it is built), or
+`envpool`: `env` is then an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`), and the whole
+batch is one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process;
+`env_kwargs` are then the task's EnvPool options, and may give `num_threads` and
+`max_episode_steps` in place of `num_workers` and `max_length` (`envpool_settings`). A loaded
+config writes such a task `envpool:TASK` (`configs.load`), the form `envpool_task` reads.
+An in-graph environment steps in the graph with `local` or `processes` (the default).
 """
 
 import difflib
@@ -21,17 +24,19 @@ import importlib.util
 
 import gymnasium as gym
 
+from batchrl import configs
 from batchrl.configs import ConfigError
 from batchrl.tools import envpool_env
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.parallel_batch_env import ParallelBatchEnv
 from batchrl.tools.wrappers import standard_wrappers
 
-ENVPOOL_PREFIX = "envpool:"
+ENVPOOL_PREFIX = configs.ENVPOOL_PREFIX
 
 
 def envpool_task(env):
-    """The EnvPool task id of `env` = "envpool:TASK", or None for any other `env`."""
+    """The EnvPool task id of `env` = "envpool:TASK" (a loaded config's `env` with
+    `env_backend: envpool`), or None for any other `env`."""
     return env[len(ENVPOOL_PREFIX):] if env.startswith(ENVPOOL_PREFIX) else None
 
 
@@ -39,8 +44,8 @@ def _check_envpool_task(task):
     try:
         envpool_env.check_task_id(task)
     except ImportError:
-        raise ConfigError(f"config key 'env': {ENVPOOL_PREFIX}{task} needs EnvPool: "
-                          f"pip install envpool") from None
+        raise ConfigError(f"config key 'env_backend' is envpool, for the task {task}, which "
+                          f"needs EnvPool: pip install envpool") from None
     except ValueError as error:
         raise ConfigError(f"config key 'env': {error}") from None
 
@@ -85,23 +90,27 @@ def check_backend(config):
     """Checks that `env_backend` agrees with the other keys (without importing Ray).
 
     Raises:
-      ConfigError: `env_backend: ray` with `env_processes: false`, with an EnvPool task or
-        an in-graph environment, or without Ray installed; or a Ray-only key
-        (`ray_address`, `worker_cpus`, `worker_restarts`) set with `env_backend: local`.
+      ConfigError: `env_backend: envpool` with a `module:attribute` env; `env_backend: ray`
+        with an in-graph environment (stepped in the graph, in this process) or without Ray
+        installed; or a Ray-only key (`ray_address`, `worker_cpus`, `worker_restarts`) set
+        with another backend.
     """
     if config.env_backend != "ray":
         for key, default in _RAY_KEYS.items():
             if config[key] != default:
                 raise ConfigError(f"config key {key!r} ({config[key]!r}) applies only to "
                                   f"env_backend: ray, and env_backend is {config.env_backend}")
+    task = envpool_task(config.env)
+    if config.env_backend == "envpool" and (task is None or ":" in task):
+        raise ConfigError(f"config key 'env_backend' is envpool, but env "
+                          f"{task or config.env!r} is not an EnvPool task id (such as "
+                          f"HalfCheetah-v5); choose env_backend local, processes or ray")
+    if config.env_backend != "ray":
         return
-    if not config.env_processes:
-        raise ConfigError("config keys 'env_backend' (ray) and 'env_processes' (false) "
-                          "contradict each other: Ray actors are worker processes; set "
-                          "env_processes: true, or env_backend: local")
-    if envpool_task(config.env) is not None or native_class(config.env) is not None:
+    if native_class(config.env) is not None:
         raise ConfigError(f"config key 'env_backend' is ray, but env {config.env!r} is an "
-                          f"EnvPool task or an in-graph environment, stepped in this process")
+                          f"in-graph environment, stepped in the graph: choose env_backend "
+                          f"local or processes")
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("config key 'env_backend' is ray, which needs Ray: pip install "
                           "'batchrl[ray]'")
@@ -160,7 +169,7 @@ _ENVPOOL_KEYS = {"num_threads": "num_workers", "max_episode_steps": "max_length"
 
 def envpool_settings(config):
     """`(num_threads, max_episode_steps, options)` of the `EnvPoolBatchEnv` of a config with
-    `env: envpool:TASK`: `num_workers` or else `env_kwargs`' `num_threads` (None: one per
+    `env_backend: envpool`: `num_workers` or else `env_kwargs`' `num_threads` (None: one per
     core), `max_length` or else `env_kwargs`' `max_episode_steps` or else the task's own
     limit, and the other `env_kwargs`.
 
@@ -206,17 +215,17 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
 
 
 def create_batch(config):
-    """The batch of a config: `config.num_agents` environments, in this process, or when
-    `config.env_processes` in a `ParallelBatchEnv` of `config.num_workers` worker processes
-    (None: one per core), each hosting a contiguous group of the environments; with
-    `env_backend: ray`, in a `RayBatchEnv` of `config.num_workers` Ray actors (None: one per
+    """The batch of a config: `config.num_agents` environments, with `env_backend: local` in
+    this process, with `processes` in a `ParallelBatchEnv` of `config.num_workers` worker
+    processes (None: one per core), each hosting a contiguous group of the environments;
+    with `ray`, in a `RayBatchEnv` of `config.num_workers` Ray actors (None: one per
     `worker_cpus` CPUs of the Ray cluster) on the Ray of `config.ray_address`.
 
     The environments' random generators are seeded with `config.seed + index`. For an
     in-graph environment class (`native_class`), returns that class's instance for the
-    whole batch, seeded with `config.seed`; for `envpool:TASK`, an `EnvPoolBatchEnv` with
-    the settings of `envpool_settings` (threads: `config.num_workers`, else `env_kwargs`'
-    `num_threads`, else one per core). `env_processes` applies to neither.
+    whole batch, seeded with `config.seed` (`env_backend` local or processes); for
+    `env_backend: envpool`, an `EnvPoolBatchEnv` with the settings of `envpool_settings`
+    (threads: `config.num_workers`, else `env_kwargs`' `num_threads`, else one per core).
 
     Raises:
       ConfigError: `check_backend` or `envpool_settings` fails, or Ray cannot be started or
@@ -239,7 +248,7 @@ def create_batch(config):
         create, config.env, episode_limit(config), kwargs=config.env_kwargs)
     if config.env_backend == "ray":
         batch_env = _ray_batch(config, constructor)
-    elif config.env_processes:
+    elif config.env_backend == "processes":
         batch_env = ParallelBatchEnv(constructor, config.num_agents,
                                      num_workers=config.num_workers,
                                      timeout=config.worker_timeout, name=config.env)

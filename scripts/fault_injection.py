@@ -75,7 +75,7 @@ STEPS = 8000
 EVAL_EVERY = 1000
 SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}", "--set", "num_agents=4",
             "--set", "eval_episodes=2", "--set", "update_every=4", "--set", "update_epochs=2",
-            "--set", "env_processes=true", "--set", "worker_timeout=5", "--set",
+            "--set", "worker_timeout=5", "--set",
             "max_length=200", "--no-progress"]
 SAVES = STEPS // EVAL_EVERY  # Checkpoints a run writes.
 KEEP_CHECKPOINTS = 5  # The Loop's default `keep_checkpoints`.
@@ -93,7 +93,8 @@ ENVPOOL_NAME = "envpool:Pendulum-v1"
 BAD_KWARGS = (("{bogus_option: 1}", 2, "has no option 'bogus_option'"),
               ("{num_threads: -3}", 2, "num_threads (option) must be an int >= 1"),
               ("{max_num_players: two}", 1, "cannot create the environments"))
-BACKENDS = {"processes": [], "ray": ["--set", "env_backend=ray"], "envpool": []}
+BACKENDS = {"processes": ["--set", "env_backend=processes"], "ray": ["--set", "env_backend=ray"],
+            "envpool": ["--set", "env_backend=envpool"]}
 # The fault kinds of each backend (the default of --faults).
 BACKEND_FAULTS = {
     "processes": FAULT_KINDS,
@@ -467,7 +468,7 @@ def main(argv=None):
     parser.add_argument("--backend", choices=list(BACKENDS), default="processes",
                         help="where the environments run: ParallelBatchEnv worker processes, "
                              "Ray actors on a local Ray (env_backend: ray), or EnvPool in the "
-                             "trainer's process (env: envpool:Pendulum-v1) "
+                             "trainer's process (env_backend: envpool) "
                              "(default: %(default)s)")
     all_faults = list(dict.fromkeys(kind for kinds in BACKEND_FAULTS.values()
                                     for kind in kinds))

@@ -160,8 +160,9 @@ def env_config(env_id, num_envs, processes):
     Raises:
       ConfigError: an unknown environment id.
     """
-    config = configs.load("default", {"env": env_id, "num_agents": num_envs,
-                                      "env_processes": processes})
+    backend = {} if environments.envpool_task(env_id) else {
+        "env_backend": "processes" if processes else "local"}
+    config = configs.load("default", {"env": env_id, "num_agents": num_envs, **backend})
     environments.check_env_id(env_id)
     return config
 

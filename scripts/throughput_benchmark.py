@@ -17,9 +17,9 @@ run and one process, environment steps per second (every environment's step coun
   summed: the core limit as the machine gives it now (less than the above when the host's
   cores are shared with other virtual machines).
 - `batch_env` / `batch_env_processes` / `parallel_batch_env`: `BatchEnv` in-process with
-  blocking calls (as training builds it for `env_processes: false`), `BatchEnv` of one
+  blocking calls (as training builds it for `env_backend: local`), `BatchEnv` of one
   `ExternalProcess` worker per environment stepped with non-blocking calls, and
-  `ParallelBatchEnv` (as training builds it for `env_processes: true`: one worker per core,
+  `ParallelBatchEnv` (as training builds it for `env_backend: processes`: one worker per core,
   each hosting a group of the environments, shared memory). Random valid actions; the
   environments whose episode ended are reset with `reset(indices)`.
 - `sync_vector_env` / `async_vector_env`: Gymnasium's `SyncVectorEnv` and
@@ -31,7 +31,7 @@ run and one process, environment steps per second (every environment's step coun
   `batchrl.tools.simulate` with `MockAlgorithm` (random actions) through the training
   loop's step function (`batchrl.tools.loop.step_function`): in-process with one step per
   `tf.function` call and with K (`--steps-per-call`) steps per call, and with the worker
-  `ParallelBatchEnv` that training starts for `env_processes: true`, K steps per call.
+  `ParallelBatchEnv` that training starts for `env_backend: processes`, K steps per call.
 - `ppo_inference`: the same with BatchPPO (`batchrl.build.build` from the config of
   the environment, e.g. `pendulum` or `cheetah`, with `num_agents` overridden and
   in-process environments), `is_training` false: the mean action, nothing recorded; K

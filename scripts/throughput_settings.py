@@ -18,7 +18,7 @@ KINDS = {
     "simulate_mock_loop": "simulate + MockAlgorithm, in-process (an in-graph env: XLA), "
                           "K steps per call",
     "simulate_mock_processes": "simulate + MockAlgorithm, ParallelBatchEnv as training "
-                               "makes it (`env_processes: true`), K steps per call",
+                               "makes it (`env_backend: processes`), K steps per call",
     "ppo_inference": "simulate + BatchPPO inference (is_training false), K steps per call",
     "ppo_training": "simulate + BatchPPO training, updates included, K steps per call",
 }

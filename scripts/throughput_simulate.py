@@ -102,13 +102,19 @@ def _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call):
         yield _simulate_call(function, num_envs, steps_per_call), setup
 
 
+def _in_process(env_id):
+    """The `env_backend` override that steps `env_id` in this process: local, or none for
+    an EnvPool task (`envpool:TASK` chooses env_backend envpool)."""
+    return {} if environments.envpool_task(env_id) else {"env_backend": "local"}
+
+
 def _agent_config(env_id, num_envs, overrides):
     """BatchPPO's config for `env_id` (in-process environments) and the module that builds
     the agent (imported here: it imports TensorFlow)."""
     from batchrl import build as build_lib
 
     config = configs.load(config_name(env_id), {
-        "env": env_id, "num_agents": num_envs, "env_processes": False, **(overrides or {})})
+        "env": env_id, "num_agents": num_envs, **_in_process(env_id), **(overrides or {})})
     build_lib.check(config)
     return config, build_lib
 

@@ -1,9 +1,8 @@
 """Training steps per second of one config under variants, paired in alternating rounds.
 
     .venv/bin/python scripts/training_speed.py --config cheetah \\
-        --variant "env=HalfCheetah-v5 env_processes=true" \\
-        --variant "env=HalfCheetah-v5 env_processes=false" \\
-        --variant "env=envpool:HalfCheetah-v5" --rounds 3 --steps 100000
+        --variant "env_backend=processes" --variant "env_backend=local" \\
+        --variant "env_backend=envpool" --rounds 3 --steps 100000
 
 Each variant is a set of `KEY=VALUE` overrides applied on top of the config (and of
 `--set`); the first is the baseline. A round trains every variant once, one after the other,

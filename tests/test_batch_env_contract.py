@@ -260,7 +260,7 @@ def test_envpool_deepmind_control_observations_are_flattened():
 
 
 def test_envpool_config_key_and_errors():
-    config = configs.load("cheetah", ["env=envpool:HalfCheetah-v5", "num_agents=2",
+    config = configs.load("cheetah", ["env_backend=envpool", "num_agents=2",
                                       "num_workers=1"])
     assert environments.episode_limit(config) == 1000
     assert environments.gymnasium_id(config.env) == "HalfCheetah-v5"

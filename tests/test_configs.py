@@ -20,10 +20,10 @@ def test_named_config_is_layered_over_default():
 
 def test_set_overrides_are_parsed_as_yaml():
     config = configs.load("pendulum", ["policy_lr=1e-4", "policy_layers=[64, 64]",
-                                       "max_length=null", "env_processes=true", "seed=3"])
+                                       "max_length=null", "env_backend=processes", "seed=3"])
     assert config.policy_lr == pytest.approx(1e-4) and isinstance(config.policy_lr, float)
     assert config.policy_layers == [64, 64]
-    assert config.max_length is None and config.env_processes is True and config.seed == 3
+    assert config.max_length is None and config.env_backend == "processes" and config.seed == 3
     assert configs.load("pendulum", ["discount=1"]).discount == 1.0
 
 
@@ -40,7 +40,8 @@ def test_dump_round_trips(tmp_path):
     (["num_agents=0"], "'num_agents' must be positive"),
     (["num_workers=0"], "'num_workers' must be positive"),
     (["discount=1.5"], "'discount' must be between 0 and 1"),
-    (["env_processes=1"], "'env_processes' must be true or false"),
+    (["env_backend=true"], "'env_backend' must be a string, got True"),
+    (["env_backend=gpu"], "'env_backend' is 'gpu'; choices: local, processes, envpool, ray"),
     (["policy_layers=[0]"], "'policy_layers' must be a list of positive integers"),
     (["algorithm=sac"], "choices: ppo"),
     (["seed"], "KEY=VALUE"),
@@ -86,3 +87,84 @@ def test_every_shipped_config_sets_only_keys_its_algorithm_reads(name):
     changed = {key for key in config if config[key] != default[key]}
     declared = set().union(*(other.config_keys for other in build.ALGORITHMS.values()))
     assert changed & declared <= algorithm.config_keys
+
+
+@pytest.mark.parametrize("where", ["--set", "file"])
+@pytest.mark.parametrize("value", [False, True])
+def test_env_processes_is_a_one_line_error_naming_env_backend(tmp_path, where, value):
+    """`env_processes` (releases before 2026-11-25) is refused wherever a config gives it;
+    the message says what to write instead."""
+    if where == "file":
+        path = tmp_path / "old.yaml"
+        path.write_text(f"env: Pendulum-v1\nenv_processes: {str(value).lower()}\n")
+        name, overrides, source = str(path), [], "old.yaml"
+    else:
+        name, overrides, source = "pendulum", [f"env_processes={str(value).lower()}"], "--set"
+    with pytest.raises(configs.ConfigError) as error:
+        configs.load(name, overrides)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message == (f"config key 'env_processes' in {source} is replaced by env_backend: "
+                       f"write env_backend: local (for false) or env_backend: processes (for "
+                       f"true)")
+
+
+def test_envpool_prefix_is_the_old_spelling_of_env_backend_envpool(tmp_path):
+    new = configs.load("pendulum", ["env_backend=envpool"])
+    assert new.env == "envpool:Pendulum-v1" and new.env_backend == "envpool"
+    assert configs.load("pendulum", ["env=envpool:Pendulum-v1"]) == new
+    path = tmp_path / "old_cheetah.yaml"
+    path.write_text("env: envpool:HalfCheetah-v5\nnum_agents: 10\n")
+    old = configs.load(str(path))
+    assert (old.env, old.env_backend) == ("envpool:HalfCheetah-v5", "envpool")
+    # The backend of a later layer wins, as for any key: Gymnasium's HalfCheetah-v5, local.
+    assert configs.load(str(path), ["env_backend=local"]).env == "HalfCheetah-v5"
+    assert configs.load("cheetah", ["env_backend=local"]).env == "HalfCheetah-v5"
+    # Within one file or one --set, the two spellings contradict each other.
+    path.write_text("env: envpool:HalfCheetah-v5\nenv_backend: ray\n")
+    with pytest.raises(configs.ConfigError, match=r"^config keys 'env' \(envpool:HalfCheetah-v5\) "
+                       r"and 'env_backend' \(ray\) contradict each other in old_cheetah.yaml: "
+                       r"write env: HalfCheetah-v5 and choose the backend with env_backend "
+                       r"alone \(envpool for EnvPool's task HalfCheetah-v5\)$"):
+        configs.load(str(path))
+    path.write_text("env: envpool:HalfCheetah-v5\nenv_backend: envpool\n")
+    assert configs.load(str(path)).env == "envpool:HalfCheetah-v5"
+
+
+def _old_run(config, **old_keys):
+    """The run config that a release before env_backend chose the backend alone wrote."""
+    return {**{key: value for key, value in config.items() if key != "env_backend"},
+            **old_keys}
+
+
+@pytest.mark.parametrize("old_keys, backend", [
+    ({"env_processes": False, "env_backend": "local"}, "local"),
+    ({"env_processes": True, "env_backend": "local"}, "processes"),
+    ({"env_processes": True, "env_backend": "ray"}, "ray"),
+    ({"env_processes": False}, "local"),  # Written before env_backend existed.
+    ({"env_processes": True}, "processes"),
+    ({"env": "envpool:Pendulum-v1", "env_processes": True, "env_backend": "local"}, "envpool"),
+    ({"env": "envpool:Pendulum-v1", "env_processes": False, "env_backend": "local"},
+     "envpool"),
+])
+def test_run_config_of_an_older_run_with_env_processes_loads(tmp_path, old_keys, backend):
+    config = configs.load("pendulum", [f"env_backend={backend}"])
+    path = tmp_path / "config.yaml"
+    path.write_text(configs.dump(_old_run(config, **old_keys)))
+    loaded = configs.read_run_config(path)
+    assert "env_processes" not in loaded
+    assert loaded == config
+
+
+@pytest.mark.parametrize("name", configs.available())
+def test_every_shipped_config_chooses_its_backend_with_env_backend_alone(name):
+    from batchrl import environments
+
+    yaml = ruamel.yaml.YAML(typ="safe", pure=True)
+    raw = yaml.load(configs.CONFIG_DIR / f"{name}.yaml")
+    assert "env_processes" not in raw
+    assert not raw.get("env", "").startswith("envpool:")
+    config = configs.load(name)
+    assert config.env_backend == raw.get("env_backend", "processes")
+    assert config.env.startswith("envpool:") == (config.env_backend == "envpool")
+    environments.check_backend(config)

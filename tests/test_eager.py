@@ -13,7 +13,7 @@ from batchrl.scripts import train
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
 TINY = ["--set", "steps=200", "--set", "eval_every=100", "--set", "log_every=100",
         "--set", "num_agents=2", "--set", "update_every=2", "--set", "eval_episodes=2",
-        "--set", "max_length=50", "--set", "env_processes=false"]
+        "--set", "max_length=50", "--set", "env_backend=local"]
 
 
 def _summaries(directory):

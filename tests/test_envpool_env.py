@@ -62,7 +62,7 @@ def test_flags_agree_with_gymnasium_through_the_time_limit(task, limit):
 
 
 def _envpool_config(*overrides):
-    return configs.load("pendulum", ["env=envpool:Pendulum-v1", "num_agents=2",
+    return configs.load("pendulum", ["env_backend=envpool", "num_agents=2",
                                      "num_workers=null", *overrides])
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 SHORT = ["--set", "steps=1000", "--set", "eval_every=500", "--set", "num_agents=2",
          "--set", "update_every=2", "--set", "update_epochs=1", "--set", "eval_episodes=1",
-         "--set", "env_processes=false"]
+         "--set", "env_backend=local"]
 _SERVE = """
 import sys
 import numpy as np

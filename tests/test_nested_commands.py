@@ -10,7 +10,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-SHORT = ["--set", "steps=6000", "--set", "env_processes=true", "--set", "num_workers=2"]
+SHORT = ["--set", "steps=6000", "--set", "env_backend=processes", "--set", "num_workers=2"]
 _SERVE = """
 import sys
 import numpy as np

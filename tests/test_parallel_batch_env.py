@@ -442,9 +442,9 @@ def test_configs_build_a_parallel_batch_env_seeded_like_the_in_process_batch():
     from batchrl import configs, environments
     settings = {"env": "Pendulum-v1", "num_agents": 5, "seed": 3}
     in_process = environments.create_batch(
-        configs.load("pendulum", {**settings, "env_processes": False}))
+        configs.load("pendulum", {**settings, "env_backend": "local"}))
     with environments.create_batch(configs.load(
-            "pendulum", {**settings, "env_processes": True, "num_workers": 2})) as parallel:
+            "pendulum", {**settings, "env_backend": "processes", "num_workers": 2})) as parallel:
         assert isinstance(parallel, ParallelBatchEnv) and parallel.num_workers == 2
         assert parallel.groups == (range(0, 3), range(3, 5))
         actions = np.random.default_rng(0).uniform(-1, 1, (10, 5, 1)).astype(np.float32)

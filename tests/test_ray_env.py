@@ -129,8 +129,7 @@ def test_hung_actor_is_killed_after_the_timeout(ray_cluster):
 
 
 def _config(tmp_path, **overrides):
-    settings = {"env": FAULTY, "env_backend": "ray", "env_processes": True, "num_agents": 4,
-                "num_workers": 2,
+    settings = {"env": FAULTY, "env_backend": "ray", "num_agents": 4, "num_workers": 2,
                 "steps": 1600, "eval_every": 800, "log_every": 400, "eval_episodes": 4,
                 "update_every": 4, "update_epochs": 2, "worker_timeout": 30.0, "max_length": 200,
                 "env_kwargs": {"fault": "kill", "after": 150,
@@ -158,13 +157,33 @@ def test_killed_actor_without_restarts_ends_training_with_the_error(ray_cluster,
         train.train(config, tmp_path / "run", progress=False)
 
 
+def test_pendulum_config_trains_on_ray_with_env_backend_alone(ray_cluster, tmp_path, capsys):
+    """`--config=pendulum --set env_backend=ray`: pendulum's `env_backend: local` is replaced,
+    nothing else needs to change (Ray is the cluster this process is connected to)."""
+    logdir = tmp_path / "run"
+    assert train.main(["--config=pendulum", f"--logdir={logdir}", "--no-progress",
+                       "--set", "env_backend=ray", "--set", "num_agents=4",
+                       "--set", "num_workers=2", "--set", "steps=400",
+                       "--set", "eval_every=400", "--set", "eval_episodes=2",
+                       "--set", "update_every=2", "--set", "update_epochs=1"]) == 0, (
+        capsys.readouterr().err)
+    assert "Final eval mean_score" in capsys.readouterr().out
+    assert (logdir / "ckpt-400.index").exists()
+    saved = configs.read_run_config(logdir / "config.yaml")
+    assert saved.env == "Pendulum-v1" and saved.env_backend == "ray"
+
+
 def test_backend_keys_that_contradict_are_one_line_errors():
     for overrides, message in [
-            ({"env_backend": "ray", "env_processes": False},
-             "'env_backend' (ray) and 'env_processes' (false) contradict each other"),
-            ({"env_backend": "ray", "env_processes": True, "env": "envpool:Pendulum-v1"},
-             "is an EnvPool task or an in-graph environment"),
-            ({"worker_restarts": 1}, "'worker_restarts' (1) applies only to env_backend: ray"),
+            ({"env_backend": "ray", "env": "batchrl.envs:Pendulum"},
+             "env 'batchrl.envs:Pendulum' is an in-graph environment, stepped in the graph: "
+             "choose env_backend local or processes"),
+            ({"env_backend": "envpool", "env": "batchrl.envs:Pendulum"},
+             "env 'batchrl.envs:Pendulum' is not an EnvPool task id"),
+            ({"worker_restarts": 1},
+             "'worker_restarts' (1) applies only to env_backend: ray, and env_backend is local"),
+            ({"env_backend": "envpool", "worker_cpus": 2.0},
+             "'worker_cpus' (2.0) applies only to env_backend: ray, and env_backend is envpool"),
             ({"ray_address": "auto"}, "'ray_address' ('auto') applies only to env_backend")]:
         config = configs.load("pendulum", overrides)
         with pytest.raises(configs.ConfigError, match=message.replace("(", r"\(").replace(
@@ -189,8 +208,7 @@ def test_train_stops_the_local_ray_it_started_on_sigterm_and_unreachable_is_one_
         tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", BATCHRL_RAY_TEST=str(os.getpid()))
     command = [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum",
-               "--set", "env_backend=ray", "--set", "env_processes=true", "--set",
-               "num_agents=4", "--set", "num_workers=2",
+               "--set", "env_backend=ray", "--set", "num_agents=4", "--set", "num_workers=2",
                "--set", "eval_every=1000", "--set", "eval_episodes=2", "--set",
                "update_every=4", "--set", "update_epochs=2", "--no-progress"]
     result = subprocess.run([*command, f"--logdir={tmp_path / 'unreachable'}", "--set",

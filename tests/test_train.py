@@ -21,19 +21,18 @@ def _train(*args):
                           capture_output=True, text=True, timeout=600, env=env)
 
 
-@pytest.mark.parametrize("env, env_processes", [
-    ("Pendulum-v1", "false"), ("Pendulum-v1", "true"), ("envpool:Pendulum-v1", "true")])
-def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env,
-                                                                  env_processes):
+@pytest.mark.parametrize("env_backend, env", [
+    ("local", "Pendulum-v1"), ("processes", "Pendulum-v1"), ("envpool", "envpool:Pendulum-v1")])
+def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_backend, env):
     logdir = tmp_path / "run"
-    backend = ["--set", f"env={env}", "--set", f"env_processes={env_processes}"]
+    backend = ["--set", f"env_backend={env_backend}"]
     result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT, *backend)
     assert result.returncode == 0, result.stderr
     assert "Final eval mean_score" in result.stdout
     assert "tf.function traces: 1 (train and eval phases share it" in result.stdout
     assert "UserWarning" not in result.stderr
     saved = configs.read_run_config(logdir / "config.yaml")
-    assert saved.steps == 2000 and saved.env == env
+    assert saved.steps == 2000 and saved.env == env and saved.env_backend == env_backend
     assert (logdir / "ckpt-2000.index").exists()
     assert list((logdir / "train").glob("events.out.tfevents.*"))
     assert list((logdir / "eval").glob("events.out.tfevents.*"))
@@ -47,7 +46,7 @@ def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env,
 
 TINY = ["--set", "steps=400", "--set", "eval_every=200", "--set", "log_every=100",
         "--set", "num_agents=2", "--set", "update_every=2", "--set", "update_epochs=1",
-        "--set", "eval_episodes=1", "--set", "max_length=50", "--set", "env_processes=false"]
+        "--set", "eval_episodes=1", "--set", "max_length=50"]
 
 
 @pytest.mark.parametrize("name", configs.available())
@@ -86,6 +85,17 @@ def test_environment_given_as_module_and_class(tmp_path):
     (["--set", "env=envpool:Pendulum-v9"],
      "EnvPool has no task 'Pendulum-v9'; close matches: Pendulum-v1"),
     (["--set", "network=lstm"], "unknown network 'lstm'"),
+    (["--set", "env_processes=false"], "config key 'env_processes' in --set is replaced by "
+                                       "env_backend: write env_backend: local (for false) or "
+                                       "env_backend: processes (for true)"),
+    (["--set", "env=envpool:Pendulum-v1", "--set", "env_backend=ray"],
+     "config keys 'env' (envpool:Pendulum-v1) and 'env_backend' (ray) contradict each other "
+     "in --set: write env: Pendulum-v1 and choose the backend with env_backend alone"),
+    (["--config=pendulum_native", "--set", "env_backend=ray"],
+     "env 'batchrl.envs:Pendulum' is an in-graph environment, stepped in the graph: choose "
+     "env_backend local or processes"),
+    (["--set", "worker_restarts=1"],
+     "'worker_restarts' (1) applies only to env_backend: ray, and env_backend is local"),
     (["--set", "jit_step=true"], "config key 'jit_step' needs an in-graph environment"),
     (["--set", "algorithm=sac"], "config key 'algorithm' is 'sac'"),
     (["--set", "algorithm=batchrl.nothing:X"], "cannot import module 'batchrl.nothing'"),
@@ -117,6 +127,30 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     train.check_resume(logdir, config)
 
 
+@pytest.mark.parametrize("name, old_keys", [
+    ("pendulum", {"env_processes": False, "env_backend": "local"}),
+    ("pendulum_native", {"env_processes": True, "env_backend": "local"}),
+    ("cheetah", {"env": "envpool:HalfCheetah-v5", "env_processes": False,
+                 "env_backend": "local"}),
+    ("dmc_cheetah_run", {"env": "envpool:CheetahRun-v1", "env_processes": True,
+                         "env_backend": "local"}),
+])
+def test_run_of_an_older_release_with_env_processes_resumes(tmp_path, name, old_keys):
+    """A run directory written before `env_backend` chose the backend alone (its config.yaml
+    has `env_processes`, and `env: envpool:TASK`) resumes with today's config of that name."""
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    old = {key: value for key, value in configs.load(name).items() if key != "env_backend"}
+    (logdir / "config.yaml").write_text(configs.dump({**old, **old_keys}))
+    (logdir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4000"\n')
+    config = configs.load(name)
+    train.check_resume(logdir, config)
+    other = "processes" if config.env_backend == "local" else "local"
+    with pytest.raises(configs.ConfigError, match=f"env_backend: '{config.env_backend}' -> "
+                                                  f"'{other}'"):
+        train.check_resume(logdir, configs.load(name, [f"env_backend={other}"]))
+
+
 def test_run_directory_without_checkpoint_takes_a_new_config(tmp_path):
     """A run that failed before its first checkpoint is no run to resume."""
     logdir = tmp_path / "run"
@@ -124,8 +158,7 @@ def test_run_directory_without_checkpoint_takes_a_new_config(tmp_path):
     (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
     assert train.main(["--config=pendulum", f"--logdir={logdir}", "--no-progress",
                        "--set", "num_agents=2", "--set", "steps=400",
-                       "--set", "eval_every=400", "--set", "eval_episodes=1",
-                       "--set", "env_processes=false"]) == 0
+                       "--set", "eval_every=400", "--set", "eval_episodes=1"]) == 0
     assert configs.read_run_config(logdir / "config.yaml").num_agents == 2
 
 
@@ -133,8 +166,7 @@ def test_network_that_does_not_fit_the_spaces_is_a_one_line_error_writing_nothin
         tmp_path, capsys):
     logdir = tmp_path / "run"
     assert train.main(["--config=pendulum", f"--logdir={logdir}",
-                       "--set", "network=feed_forward_categorical",
-                       "--set", "env_processes=false"]) == 2
+                       "--set", "network=feed_forward_categorical"]) == 2
     stderr = capsys.readouterr().err
     assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
     assert "config key 'network' is 'feed_forward_categorical'" in stderr
@@ -187,10 +219,10 @@ def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_p
     assert "Traceback (most recent call last)" not in result.stderr.split("error:")[0]
 
 
-@pytest.mark.parametrize("env_processes", ["false", "true"])
+@pytest.mark.parametrize("env_backend", ["local", "processes"])
 def test_environment_constructor_error_is_one_error_line_naming_the_environment(
-        tmp_path, capsys, env_processes):
-    args = [f"--logdir={tmp_path}", *TINY, "--set", f"env_processes={env_processes}",
+        tmp_path, capsys, env_backend):
+    args = [f"--logdir={tmp_path}", *TINY, "--set", f"env_backend={env_backend}",
             "--set", "env=batchrl.tools.mock_environment:MockEnvironment",
             "--set", "env_kwargs={observ_shape: [2], action_shape: [1], min_duration: 9, "
                      "max_duration: 3}"]
@@ -220,11 +252,13 @@ def test_inter_op_threads_are_set_before_tensorflow_runs():
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ({"env_processes": False}, 1),
-    ({"env_processes": True}, 0),
-    ({"env": "batchrl.envs:Pendulum", "env_processes": False}, 0),
-    ({"env_processes": True, "inter_op_threads": 2}, 2),
-    ({"env": "envpool:Pendulum-v1", "env_processes": True}, 1),
+    ({"env_backend": "local"}, 1),
+    ({"env_backend": "processes"}, 0),
+    ({"env_backend": "ray"}, 0),
+    ({"env": "batchrl.envs:Pendulum", "env_backend": "local"}, 0),
+    ({"env_backend": "processes", "inter_op_threads": 2}, 2),
+    ({"env_backend": "envpool"}, 1),
+    ({"env": "envpool:Pendulum-v1"}, 1),
 ])
 def test_inter_op_threads_follow_where_the_environments_run(overrides, expected):
     assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected

@@ -27,7 +27,7 @@ def test_variants_are_split_like_a_shell():
 
 
 TINY = ["num_agents=2", "update_every=2", "update_epochs=1", "max_length=50",
-        "log_every=100", "env_processes=false"]
+        "log_every=100", "env_backend=local"]
 
 
 def test_two_variants_of_a_short_run_are_timed(tmp_path, capsys):

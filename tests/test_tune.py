@@ -210,7 +210,7 @@ def test_best_yaml_round_trips_through_configs_load(tmp_path):
     named = configs.load("pendulum")
     assert loaded.policy_lr == 1e-4 and loaded.policy_layers == [64, 64]
     assert loaded.steps == 40000 and loaded.eval_every == 10000
-    assert loaded.env_processes is False and loaded.discount == named.discount
+    assert loaded.env_backend == "local" and loaded.discount == named.discount
     assert dict(loaded, policy_lr=named.policy_lr, policy_layers=named.policy_layers,
                 steps=named.steps, eval_every=named.eval_every) == named
     assert "seed:" not in text and "value_layers" not in text  # Only the keys that matter.

@@ -25,7 +25,7 @@ def _run(module, *args):
 def run_dir(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("visualize") / "run"
     result = _run("train", "--config=pendulum", f"--logdir={logdir}", *SHORT,
-                  "--set", "env_processes=false")
+                  "--set", "env_backend=local")
     assert result.returncode == 0, result.stderr
     return logdir
 
@@ -88,7 +88,7 @@ def test_recurrent_policy_plays_with_its_state(tmp_path):
                   "--set", "chunk_length=50", "--set", "batch_size=4", "--set", "steps=400",
                   "--set", "eval_every=400", "--set", "num_agents=2", "--set", "update_every=2",
                   "--set", "update_epochs=1", "--set", "eval_episodes=0",
-                  "--set", "env_processes=false")
+                  "--set", "env_backend=local")
     assert result.returncode == 0, result.stderr
     outdir = tmp_path / "videos"
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}", "--max-steps=5")
