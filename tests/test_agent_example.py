@@ -1,4 +1,4 @@
-"""The README's `batchrl.Agent` example is `scripts/agent_cartpole.py`, and it runs."""
+"""The `batchrl.Agent` example of docs/agent.md is `scripts/agent_cartpole.py`, and it runs."""
 
 import pathlib
 import subprocess
@@ -8,10 +8,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "agent_cartpole.py"
 
 
-def test_readme_shows_the_example_script():
+def test_docs_show_the_example_script():
     code = SCRIPT.read_text()
     body = code[code.index("import sys"):]
-    assert f"```python\n{body}```" in (ROOT / "README.md").read_text()
+    assert f"```python\n{body}```" in (ROOT / "docs" / "agent.md").read_text()
 
 
 def test_example_trains_and_evaluates():

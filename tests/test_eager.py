@@ -33,7 +33,7 @@ def test_eager_and_traced_runs_write_the_same_losses(tmp_path, monkeypatch, caps
                                                      algorithm):
     """Two train phases of an update each; the losses, KLs, scores and histograms of both
     runs agree (within float32 rounding: the traced graph is optimized)."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))  # reinforce.py, the README's example.
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # reinforce.py, docs/algorithms.md's example.
     arguments = [f"--config={config}", "--set", f"algorithm={algorithm}", *TINY]
     if algorithm == "ppo":
         arguments += ["--set", "update_epochs=1"]

@@ -1,6 +1,6 @@
 """The exported SavedModel converted to TensorFlow Lite and to ONNX acts as `batchrl.Agent`.
 
-The conversions are the standard ones the README gives:
+The conversions are the standard ones docs/agent.md gives:
 `tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=[KEY])` run by TFLite's
 interpreter, and `python -m tf2onnx.convert --saved-model dir --signature_def KEY` run by ONNX
 Runtime. Their mean actions must equal `act(observation, deterministic=True)` within 1e-5 (the

@@ -56,7 +56,7 @@ def test_a2c_learns_cartpole(tmp_path):
 
 
 def test_reinforce_of_build_algorithm_learns_cartpole(tmp_path, monkeypatch):
-    # The README's example algorithm: about 400 at 20k steps.
+    # docs/algorithms.md's example algorithm: about 400 at 20k steps.
     monkeypatch.syspath_prepend(str(SCRIPTS))
     monkeypatch.delitem(sys.modules, "reinforce", raising=False)
     _, score = _final_eval(tmp_path, SCRIPTS / "reinforce.yaml", NATIVE_CARTPOLE + [

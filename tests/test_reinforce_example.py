@@ -1,5 +1,5 @@
-"""README's "Write your own algorithm" is `scripts/reinforce.py`, and it trains through
-`train`."""
+"""The "Write your own algorithm" listing of docs/algorithms.md is `scripts/reinforce.py`, and
+it trains through `train`."""
 
 import pathlib
 import runpy
@@ -13,10 +13,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "reinforce.py"
 
 
-def test_readme_shows_the_example_script():
+def test_docs_show_the_example_script():
     code = SCRIPT.read_text()
     body = code[code.index("import pathlib"):]
-    assert f"```python\n{body}```" in (ROOT / "README.md").read_text()
+    assert f"```python\n{body}```" in (ROOT / "docs" / "algorithms.md").read_text()
 
 
 def test_the_algorithm_is_at_most_40_lines_of_functions():
