@@ -277,8 +277,8 @@ def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
 def simulate_steps(batch_env, algo, steps, log, reset, count=None):
     """Up to `steps` calls of `simulate` in one `tf.while_loop`; call inside a `tf.function`.
 
-    Running several steps per `tf.function` call saves the call's overhead (about 0.1-0.2 ms
-    on the 2-core machine of docs/performance.md) on every step but the first.
+    Running several steps per `tf.function` call saves the call's overhead on every step but
+    the first (measured in docs/configuration.md, `steps_per_call`).
 
     Args:
       batch_env, algo: as for `simulate`.
