@@ -252,9 +252,8 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     Raises:
       RuntimeError: the training command failed (its last output is in the message).
     """
-    import learning_benchmark
-    import plot
-
+    from batchrl.scripts import benchmark as learning_benchmark
+    from batchrl.scripts import plot
     from batchrl.scripts.events import read_scalars
 
     run_dir = pathlib.Path(logdir) / f"seed-{seed}"

@@ -28,7 +28,8 @@ def test_console_scripts_are_the_commands(capsys):
     import pytest
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(scripts) == {"batchrl-train", "batchrl-visualize", "batchrl-export"}
+    assert set(scripts) == {"batchrl-train", "batchrl-visualize", "batchrl-export",
+                            "batchrl-tune", "batchrl-plot", "batchrl-benchmark"}
     for name, target in scripts.items():
         module, function = target.split(":")
         with pytest.raises(SystemExit) as exit_info:

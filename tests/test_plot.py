@@ -1,7 +1,7 @@
-"""scripts/plot.py and scripts/learning_benchmark.py on small synthetic event files."""
+"""batchrl-plot and batchrl-benchmark (batchrl/scripts/plot.py, benchmark.py) on small
+synthetic event files."""
 
 import pathlib
-import sys
 import time
 
 import matplotlib.image
@@ -10,11 +10,9 @@ import pytest
 import tensorflow as tf
 
 from batchrl import configs
+from batchrl.scripts import benchmark as learning_benchmark
+from batchrl.scripts import plot
 from batchrl.scripts.events import Scalar
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import learning_benchmark  # noqa: E402
-import plot  # noqa: E402
 
 EVAL_STEPS = [20000, 40000, 60000]
 # Per seed: eval returns at EVAL_STEPS. With threshold -250, seed 0 reaches it at 60,000

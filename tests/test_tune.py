@@ -1,10 +1,9 @@
-"""scripts/tune.py: search spaces, validation, reports, resume, and short studies (with a
-stand-in for the training command, and one real one)."""
+"""batchrl-tune (batchrl/scripts/tune.py): search spaces, validation, reports, resume, and
+short studies (with a stand-in for the training command, and one real one)."""
 
 import argparse
 import json
 import os
-import pathlib
 import re
 import signal
 import subprocess
@@ -15,17 +14,20 @@ import pytest
 from optuna.trial import TrialState
 
 from batchrl import configs
+from batchrl.scripts import tune
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import tune  # noqa: E402
-
-# Prints the training command's eval lines; trial N scores -100 N + step / 1000 + seed, so
-# later trials are worse. SIGTERM leaves a `terminated` file; FAKE_EXIT=CODE fails at once.
-# FAKE_SLEEP: seconds before each eval line; FAKE_LATER_SLEEP: instead, for trials after the
-# first, once they have printed their first eval line (so that they are pruned mid-run).
+# Writes the training command's eval scores to RUN_DIR/eval event files as `mean_score`
+# (TensorBoard's record format, without importing TensorFlow); trial N scores
+# -100 N + step / 1000 + seed, so later trials are worse. Its printed eval lines carry a decoy
+# score (+500): the tuner must read the event files, not the output. SIGTERM leaves a
+# `terminated` file; FAKE_EXIT=CODE fails at once. FAKE_SLEEP: seconds before each eval;
+# FAKE_LATER_SLEEP: instead, for trials after the first, once they have written their first
+# eval (so that they are pruned mid-run).
 FAKE_TRAINER = '''
 import os, pathlib, re, signal, sys, time
+from tensorboard.compat.proto import event_pb2
+from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+from tensorboard.summary.writer.record_writer import RecordWriter
 args = sys.argv[1:]
 logdir = pathlib.Path(next(a.split("=", 1)[1] for a in args if a.startswith("--logdir=")))
 sets = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set")
@@ -42,14 +44,19 @@ if os.environ.get("FAKE_EXIT"):
     print("error: config key 'network' is bad", flush=True)
     sys.exit(int(os.environ["FAKE_EXIT"]))
 steps, every = int(sets["steps"]), int(sets["eval_every"])
+(logdir / "eval").mkdir(exist_ok=True)
+events = RecordWriter(open(logdir / "eval" / f"events.out.tfevents.{time.time():.0f}.fake", "ab"))
 for step in range(every, steps + 1, every):
     sleep = os.environ.get("FAKE_SLEEP", "0.02")
     if trial > 0 and step > every:
         sleep = os.environ.get("FAKE_LATER_SLEEP", sleep)
     time.sleep(float(sleep))
     score = -100.0 * trial + step / 1000 + int(sets["seed"])
+    events.write(event_pb2.Event(wall_time=time.time(), step=step, summary=scalar_pb(
+        "mean_score", score)).SerializeToString())
+    events.flush()
     print(f"step {step:>10,}  train score {score:9.1f} (5 episodes, 100 steps/s)  "
-          f"eval score {score:9.1f} (2 episodes, 90 steps/s)", flush=True)
+          f"eval score {score + 500:9.1f} (2 episodes, 90 steps/s)", flush=True)
 '''
 
 
@@ -205,7 +212,7 @@ def test_best_yaml_round_trips_through_configs_load(tmp_path):
                            path)
     assert best.number == 0
     text = path.read_text()
-    assert text.startswith("# Study 'table' (scripts/tune.py), best trial 0: objective mean -250")
+    assert text.startswith("# Study 'table' (batchrl-tune), best trial 0: objective mean -250")
     loaded = configs.load(str(path))
     named = configs.load("pendulum")
     assert loaded.policy_lr == 1e-4 and loaded.policy_layers == [64, 64]
@@ -273,7 +280,7 @@ def test_a_config_error_of_the_training_command_stops_the_study(tmp_path, fake, 
 
 def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake):
     output = tmp_path / "out"
-    command = [sys.executable, str(SCRIPTS / "tune.py"),
+    command = [sys.executable, "-m", "batchrl.scripts.tune",
                *_fake_args(output, fake, "--jobs", "2", trials=2, seeds=["0"])]
     env = dict(os.environ, FAKE_SLEEP="2")  # A run would take 8 s.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -301,7 +308,7 @@ def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake):
 def test_tiny_real_study(tmp_path):
     output = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "tune.py"), "--config=cartpole",
+        [sys.executable, "-m", "batchrl.scripts.tune", "--config=cartpole",
          "--search", "policy_lr=log:1e-4:1e-3", "--search", "update_epochs=int:1:2",
          "--trials", "2", "--jobs", "2", "--seeds", "0", "--steps", "1000", "--output", str(output),
          "--set", "eval_every=500", "--set", "eval_episodes=2", "--set", "num_agents=4",
@@ -355,3 +362,16 @@ def test_enqueue_config_runs_the_configs_own_values_first(tmp_path, fake, capsys
     assert "policy_lr is 0.0003 in the config, outside log:0.001:0.01" in \
         capsys.readouterr().err
     assert not (output / "study.db").exists()
+
+
+def test_eval_scores_reads_a_runs_eval_event_files(tmp_path):
+    import tensorflow as tf
+
+    assert tune.eval_scores(tmp_path) == {}  # No eval folder yet.
+    writer = tf.summary.create_file_writer(str(tmp_path / "eval"))
+    with writer.as_default():
+        tf.summary.scalar("mean_score", -300.5, step=1000)
+        tf.summary.scalar("mean_length", 200.0, step=1000)
+        tf.summary.scalar("mean_score", -120.25, step=2000)
+    writer.flush()
+    assert tune.eval_scores(tmp_path) == {1000: -300.5, 2000: -120.25}

@@ -1,0 +1,591 @@
+"""Train configs x seeds and report how fast and how well they learn, with plots.
+
+    batchrl-benchmark --configs pendulum --seeds 0 1 2
+    batchrl-benchmark --configs pendulum --steps 200000 \\
+        --threshold pendulum=-200 --logdir runs/short --output docs/short.md
+    batchrl-benchmark --report-only
+
+Each run is one `python -m batchrl.scripts.train --config=CONFIG --set seed=SEED` process
+in LOGDIR/CONFIG/seed-SEED, its output shown and appended to RUN_DIR/train.log. A run whose
+checkpoint already reached its `steps` is skipped; an incomplete one is resumed (the same
+command continues from its last checkpoint). After every run, and with `--report-only`
+without training, the report is rewritten from the event files of all runs under LOGDIR
+(`--report-only`: filtered by `--configs` / `--seeds` when given): OUTPUT (default
+docs/results.md) with a table per config (per seed and the median over seeds) and a plot
+per config next to it (docs/CONFIG.png, made with batchrl-plot); the text of
+LOGDIR/CONFIG/notes.md, where one exists, goes under the config's heading (e.g. which runs
+shared the machine). The section of a config without runs under LOGDIR is kept from the
+report already at OUTPUT, with a line saying so (run directories do not outlive a machine,
+the report does). Give trial runs their own LOGDIR and OUTPUT.
+
+Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
+at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
+pendulum and pendulum_native -200, cartpole 500, pendulum_trpo -250; otherwise the Gymnasium
+`reward_threshold` of the config's environment), the training steps, the training
+wall-clock seconds (the eval's `time/training_seconds`: from the start of training, graph
+tracing, updates, evaluations and checkpoints included; of which, in parentheses, tracing
+and optimizing the step function) and the seconds from the launch of
+the training command (Python's and TensorFlow's start-up included); the run's total
+wall-clock hours and hours per 1M steps (from the creation of the run's event files,
+without the pauses between resumed processes, see batchrl-plot); and the training
+steps/s that the training command printed (train phases including the PPO updates,
+averaged over resumed processes). Configs with a target (TARGETS: the issue's time
+targets, published tuned PPO returns at 1M steps) get a line saying whether it is met.
+"""
+
+import argparse
+import datetime
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from batchrl import configs
+from batchrl.scripts import plot, quiet, train
+from batchrl.scripts.events import read_scalars
+
+DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0,
+                      "pendulum_trpo": -250.0}
+LOG_NAME = "train.log"
+NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
+# What each config should reach (issue "Learn fast"; published tuned PPO results at 1M
+# steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
+# (and `worst_seconds` and `command_seconds` on every seed). `median_seconds_untraced`
+# leaves out the time spent tracing and optimizing the step function, as the JAX peer's
+# 4.4 s for pendulum_native leaves out its compilation (issue "Learn fast": 4.1-6.2 s of
+# training, 7.6-10.7 s with compilation); the table shows both. `peer_steps_per_second`:
+# a figure to report the median train steps/s beside (the same peer: about 45k steps/s,
+# its updates included), not a check.
+TARGETS = {
+    "pendulum": dict(median_seconds=10, worst_seconds=15, max_steps=40_000,
+                     command_seconds=30),
+    "pendulum_native": dict(median_seconds_untraced=4, peer_steps_per_second=45_000),
+    "cartpole": dict(median_seconds=30),
+    "cheetah": dict(final_return=5819),
+    "hopper": dict(final_return=2410),
+    "walker": dict(final_return=3479),
+    "ant": dict(final_return=1327),
+    # Issue "Algorithms from parts": eval >= -250 (pendulum_trpo) and >= 475 (cartpole_a2c,
+    # Gymnasium's threshold) within 1M steps, every seed.
+    "pendulum_trpo": dict(max_steps=1_000_000),
+    "cartpole_a2c": dict(max_steps=1_000_000),
+}
+
+
+def run_dir(logdir, config, seed):
+    return pathlib.Path(logdir) / config / f"seed-{seed}"
+
+
+def discover(logdir, config_names=None, seeds=None):
+    """Existing runs under `logdir`: dict config -> {seed: run directory}, sorted.
+
+    Reads the layout LOGDIR/CONFIG/seed-N; `config_names` and `seeds` filter when given.
+    """
+    logdir = pathlib.Path(logdir)
+    found = {}
+    for path in logdir.glob("*/seed-*"):
+        match = re.fullmatch(r"(?P<config>[^/]+)/seed-(?P<seed>\d+)",
+                             path.relative_to(logdir).as_posix())
+        if not match or not plot.is_run_dir(path):
+            continue
+        config, seed = match["config"], int(match["seed"])
+        if config_names and config not in config_names or seeds and seed not in seeds:
+            continue
+        found.setdefault(config, {}).setdefault(seed, path)
+    order = {name: index for index, name in enumerate(config_names or [])}
+    return {config: dict(sorted(found[config].items()))
+            for config in sorted(found, key=lambda name: (order.get(name, len(order)), name))}
+
+
+def checkpoint_step(path):
+    """The global step of a run directory's latest checkpoint (0 when there is none)."""
+    try:
+        text = (pathlib.Path(path) / "checkpoint").read_text()
+    except FileNotFoundError:
+        return 0
+    match = re.search(r'^model_checkpoint_path:\s*".*?ckpt-(\d+)"', text, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def launch_times(log_text):
+    """The epoch seconds at which each training process of a run was launched, from the
+    `# launched at SECONDS` lines that `train_run` writes into train.log."""
+    return [float(value) for value in re.findall(r"^# launched at ([\d.]+)", log_text,
+                                                 re.MULTILINE)]
+
+
+def train_speed(log_text):
+    """Training steps/s over the `Trained N steps at R steps/s` lines of a run's log (one
+    per training process): total steps over total seconds; None without such a line."""
+    steps = seconds = 0.0
+    for count, rate in re.findall(r"Trained ([\d,]+) steps at ([\d,.]+) steps/s", log_text):
+        count, rate = float(count.replace(",", "")), float(rate.replace(",", ""))
+        if rate > 0:
+            steps += count
+            seconds += count / rate
+    return steps / seconds if seconds else None
+
+
+def summarize(run, threshold=None):
+    """One row of the table, from a `plot.Run` and its directory's checkpoint and train.log.
+
+    Returns:
+      dict with `seed`, `final_step` (the last step of the checkpoint or the events),
+      `target_steps` (the config's `steps`, or None), `final_return`, `best_return` (None
+      without eval scores), `steps_to_threshold`, `seconds_to_threshold` (training
+      wall-clock: the eval's `time/training_seconds`, or for runs without it the active
+      seconds since the event files were created) and `command_seconds` (from the launch
+      of the training process to that eval, None without its launch time in train.log),
+      each None when not reached or without threshold, `total_hours`, `hours_per_million`
+      (total hours per 1M steps) and `steps_per_second` (None without train.log).
+    """
+    scores = run.series.get("eval")
+    row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
+           "final_step": None, "final_return": None, "best_return": None,
+           "steps_to_threshold": None, "seconds_to_threshold": None,
+           "tracing_seconds": None, "command_seconds": None,
+           "total_hours": run.total_seconds / 3600, "hours_per_million": None,
+           "steps_per_second": None}
+    log = run.path / LOG_NAME
+    log_text = log.read_text(errors="replace") if log.exists() else ""
+    if scores is not None:
+        row.update(final_step=int(scores.steps[-1]), final_return=float(scores.values[-1]),
+                   best_return=float(scores.values.max()))
+        if threshold is not None:
+            reached = np.flatnonzero(scores.values >= threshold)
+            if len(reached):
+                step = int(scores.steps[reached[0]])
+                row.update(steps_to_threshold=step,
+                           seconds_to_threshold=float(scores.seconds[reached[0]]))
+                row.update(_times_at(run.path, step, launch_times(log_text)))
+    last_steps = [int(series.steps[-1]) for series in run.series.values()]
+    row["final_step"] = max([checkpoint_step(run.path), *last_steps]) or None
+    if row["final_step"]:
+        row["hours_per_million"] = row["total_hours"] / row["final_step"] * 1e6
+    if log_text:
+        row["steps_per_second"] = train_speed(log_text)
+    return row
+
+
+def _times_at(path, step, launches):
+    """`seconds_to_threshold`, `tracing_seconds` (of it, building the step function) and
+    `command_seconds` of the eval at `step`, where the run's event files have them
+    (`time/training_seconds`, `time/tracing_seconds`; the process's launch)."""
+    times = {}
+    training = [s for s in read_scalars(path / "eval", "time/training_seconds")
+                if s.step == step]
+    if training:
+        times["seconds_to_threshold"] = training[-1].value
+    tracing = [s for s in read_scalars(path / "eval", "time/tracing_seconds")
+               if s.step == step]
+    if tracing:
+        times["tracing_seconds"] = tracing[-1].value
+    scores = [s for s in read_scalars(path / "eval", "mean_score") if s.step == step]
+    earlier = [launch for launch in launches if scores and launch <= scores[-1].wall_time]
+    if earlier:
+        times["command_seconds"] = scores[-1].wall_time - max(earlier)
+    return times
+
+
+def _median(values):
+    values = [value for value in values if value is not None]
+    return float(np.median(values)) if values else None
+
+
+def _median_reached(values, rows):
+    """The median of one column over the rows that have a final return, None (the
+    threshold not reached) counting as infinite."""
+    values = [np.inf if value is None else value
+              for value, row in zip(values, rows, strict=True) if row["final_return"] is not None]
+    value = float(np.median(values)) if values else None
+    return None if value is None or np.isinf(value) else value
+
+
+def untraced_seconds(row):
+    """The training seconds to the threshold without the step function's tracing (None
+    where either is unknown)."""
+    if row["seconds_to_threshold"] is None or row.get("tracing_seconds") is None:
+        return None
+    return row["seconds_to_threshold"] - row["tracing_seconds"]
+
+
+def median_row(rows):
+    """The median over seeds of each column; a threshold not reached counts as infinite,
+    so the median is "not reached" when at most half of the seeds reached it."""
+    median = {"seed": "median"}
+    for key in ("final_step", "final_return", "best_return", "total_hours",
+                "hours_per_million", "steps_per_second"):
+        median[key] = _median([row[key] for row in rows])
+    median["tracing_seconds"] = _median([row.get("tracing_seconds") for row in rows])
+    for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
+        median[key] = _median_reached([row[key] for row in rows], rows)
+    if all(row.get("tracing_seconds") is not None for row in rows
+           if row["seconds_to_threshold"] is not None):
+        median["untraced_seconds"] = _median_reached(
+            [untraced_seconds(row) for row in rows], rows)
+    median["target_steps"] = None
+    return median
+
+
+def _number(value, digits=1, thousands=False, missing="—"):
+    if value is None:
+        return missing
+    return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
+
+
+def _training_seconds(row, missing):
+    """The training seconds to the threshold, with the tracing part where known."""
+    text = _number(row["seconds_to_threshold"], missing=missing)
+    if row["seconds_to_threshold"] is not None and row.get("tracing_seconds") is not None:
+        text += f" ({row['tracing_seconds']:.1f} tracing)"
+    return text
+
+
+def table(rows, threshold):
+    """A Markdown table of `summarize` rows followed by their median row."""
+    reached = "not reached" if threshold is not None else "—"
+    lines = ["| seed | final step | final eval return | best eval return | steps to ≥ threshold "
+             "| training s to ≥ threshold | s from the command to ≥ threshold | total hours "
+             "| hours per 1M steps | train steps/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in [*rows, median_row(rows)] if len(rows) > 1 else rows:
+        final_step = _number(row["final_step"], thousands=True)
+        if row["target_steps"] and (row["final_step"] or 0) < row["target_steps"]:
+            final_step += f" of {row['target_steps']:,} (incomplete)"
+        seed = "**median**" if row["seed"] == "median" else row["seed"]
+        lines.append(
+            f"| {seed} | {final_step} | {_number(row['final_return'])} | "
+            f"{_number(row['best_return'])} | "
+            f"{_number(row['steps_to_threshold'], thousands=True, missing=reached)} | "
+            f"{_training_seconds(row, reached)} | "
+            f"{_number(row['command_seconds'], missing=reached)} | "
+            f"{_number(row['total_hours'], digits=3)} | "
+            f"{_number(row['hours_per_million'], digits=2)} | "
+            f"{_number(row['steps_per_second'], thousands=True)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _all_within(rows, key, bound):
+    values = [row[key] for row in rows]
+    return all(value is not None and value <= bound for value in values)
+
+
+def target_text(config, rows):
+    """A line stating the config's target (`TARGETS`) and whether `rows` meet it; None
+    for a config without a target."""
+    target = TARGETS.get(config)
+    if not target:
+        return None
+    median = median_row(rows) if len(rows) > 1 else rows[0]
+    checks = []
+    if "median_seconds" in target:
+        value = median["seconds_to_threshold"]
+        checks.append((f"≤ {target['median_seconds']} s of training to the threshold "
+                       f"(median seed)", value is not None
+                       and value <= target["median_seconds"]))
+    if "median_seconds_untraced" in target:
+        value = untraced_seconds(median) if len(rows) == 1 else median.get(
+            "untraced_seconds")
+        measured = "not reached" if value is None else f"{value:.1f} s"
+        checks.append((f"≤ {target['median_seconds_untraced']} s of training to the "
+                       f"threshold without tracing (median seed: {measured}; the peer's "
+                       f"figure is without compilation)", value is not None
+                       and value <= target["median_seconds_untraced"]))
+    if "worst_seconds" in target:
+        checks.append((f"≤ {target['worst_seconds']} s (every seed)",
+                       _all_within(rows, "seconds_to_threshold", target["worst_seconds"])))
+    if "max_steps" in target:
+        checks.append((f"within ≤ {target['max_steps']:,} steps (every seed)",
+                       _all_within(rows, "steps_to_threshold", target["max_steps"])))
+    if "command_seconds" in target:
+        checks.append((f"≤ {target['command_seconds']} s from the command (every seed)",
+                       _all_within(rows, "command_seconds", target["command_seconds"])))
+    if "final_return" in target:
+        value = median["final_return"]
+        checks.append((f"final eval return ≥ {target['final_return']:,} (median seed)",
+                       value is not None and value >= target["final_return"]))
+    parts = "; ".join(f"{text}: {'met' if ok else '**not met**'}" for text, ok in checks)
+    text = f"Target: {parts}."
+    if "peer_steps_per_second" in target:
+        speed = median["steps_per_second"]
+        speed = "unknown" if speed is None else f"{speed:,.0f}"
+        text += (f" Train steps/s, updates included (median seed): {speed}; the JAX "
+                 f"peer's: about {target['peer_steps_per_second']:,}.")
+    return text
+
+
+def env_threshold(env_id):
+    """The Gymnasium registry's `reward_threshold` of an environment id, or None; an
+    EnvPool task (`envpool:HalfCheetah-v5`) takes that of the Gymnasium id it is named
+    after, if any."""
+    try:
+        import gymnasium
+
+        from batchrl import environments
+
+        task = environments.envpool_task(env_id) or env_id
+        return gymnasium.spec(task).reward_threshold
+    except Exception:  # Unknown or unregistered id: no threshold.
+        return None
+
+
+def config_overrides(config_name, run_config):
+    """`KEY=VALUE` strings where a run's config.yaml differs from configs/CONFIG.yaml
+    (`seed` left out); None when the config name is unknown."""
+    try:
+        named = configs.load(config_name)
+    except configs.ConfigError:
+        return None
+    return [f"{key}={run_config[key]}" for key in run_config
+            if key != "seed" and named.get(key) != run_config[key]]
+
+
+KEPT_NOTE = "Kept from the report written {date}: its runs are not under `{logdir}` now."
+
+
+def earlier_sections(output):
+    """The config sections of an existing report: dict config -> the section's lines (from
+    its `## CONFIG (ENV)` heading to the next), each led by a line saying where it was kept
+    from; {} when there is no report."""
+    try:
+        text = pathlib.Path(output).read_text()
+    except FileNotFoundError:
+        return {}
+    date = re.search(r"^Written by .*? on (.+?) from ", text, re.MULTILINE)
+    date = date[1] if date else "earlier"
+    sections, current = {}, None
+    for line in text.splitlines():
+        heading = re.match(r"## (\S+) \(", line)
+        if heading:
+            current = sections.setdefault(heading[1], {"date": date, "lines": []})
+        if current is not None:
+            current["lines"].append(line)
+    return sections
+
+
+def _kept_section(section, logdir):
+    """An earlier report's section with the note that it was kept (once)."""
+    lines = list(section["lines"])
+    while lines and not lines[-1].strip():
+        lines.pop()
+    note = KEPT_NOTE.format(date=section["date"], logdir=logdir)
+    if not any(line.startswith("Kept from the report written") for line in lines):
+        lines[1:1] = ["", note]
+    return lines + [""]
+
+
+def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
+    """Writes the Markdown report and one plot per config next to it.
+
+    The sections of configs that have no runs in `runs` but a section in the report already
+    at `output` are kept as they are, with a line saying so (runs/ does not outlive a
+    machine, the report does); all sections go in the order of the config names.
+
+    Args:
+      runs: dict config -> {seed: run directory} (from `discover`).
+      thresholds: dict config -> threshold score; a config without one uses the Gymnasium
+        `reward_threshold` of its environment, if any.
+      output: the Markdown file; the plots go to its folder as CONFIG.png.
+
+    Returns:
+      the report's text.
+    """
+    output = pathlib.Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    kept = {config: section for config, section in earlier_sections(output).items()
+            if config not in runs}
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    lines = [
+        "# Learning results", "",
+        f"Written by `batchrl-benchmark` on {now} from the runs under "
+        f"`{logdir or 'the given folders'}` ({platform.node()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}).", "",
+        "Eval return: the eval `mean_score`, the mean undiscounted return of the mean-action "
+        "policy over `eval_episodes` episodes, after every `eval_every` training steps. Steps "
+        "are training environment steps of all agents. Training seconds: wall-clock time "
+        "from the start of training (graph tracing, updates, evaluations and checkpoints "
+        "included; in parentheses, the part spent tracing and optimizing the step function "
+        "before the first step); seconds from the command: from the launch of the training process "
+        "(Python's and TensorFlow's start-up included). Hours are wall-clock time from the "
+        "creation of the run's event files (pauses between resumed processes left out). "
+        "Train steps/s: the training command's own figure (train phases with updates, "
+        "without evaluation). The plots show the median and the 25th–75th percentiles over "
+        "seeds, and each seed as a thin line.", ""]
+    sections = {config: _kept_section(section, logdir) for config, section in kept.items()}
+    for config, seeds in runs.items():
+        lines, before = [], lines
+        read = [plot.read_run(path, tag) for path in seeds.values()]
+        env = read[0].config.get("env", "?")
+        threshold, source = thresholds.get(config), ""
+        if threshold is None:
+            threshold, source = env_threshold(env), " (Gymnasium's reward_threshold)"
+        rows = [summarize(run, threshold) for run in read]
+        for row, seed in zip(rows, seeds, strict=True):
+            row["seed"] = seed if row["seed"] is None else row["seed"]
+        first = read[0]
+        groups = plot.group_runs(read, [f"{config} ({env})"] * len(read))
+        image = output.parent / f"{config}.png"
+        try:
+            plot.plot_groups(groups, image, tag, threshold=threshold,
+                             title=f"{config} ({env}): {tag}, median and 25th–75th "
+                                   f"percentiles over {len(seeds)} seed(s)")
+            picture = f"![{config} learning curves]({image.name})"
+        except ValueError as error:
+            picture = f"(no plot: {error})"
+        overrides = config_overrides(config, first.config)
+        settings = ("overrides of `configs/" + config + ".yaml`: "
+                    + (", ".join(f"`{item}`" for item in overrides) or "none")
+                    if overrides is not None else "config file not found")
+        threshold_text = (f"threshold {threshold:g}{source}" if threshold is not None
+                          else "no threshold")
+        lines += [
+            f"## {config} ({env})", "",
+            f"{len(seeds)} seed(s) in `{pathlib.Path(next(iter(seeds.values()))).parent}`; "
+            f"{threshold_text}; {settings}.", ""]
+        target = target_text(config, rows)
+        if target:
+            lines += [target, ""]
+        notes = pathlib.Path(next(iter(seeds.values()))).parent / NOTES_NAME
+        if notes.exists():  # What the runs themselves cannot say, e.g. how they were run.
+            lines += [notes.read_text().strip(), ""]
+        lines += [table(rows, threshold), picture, ""]
+        sections[config], lines = lines, before
+    for config in sorted(sections):
+        lines += sections[config]
+    if not sections:
+        lines += ["No runs found.", ""]
+    text = "\n".join(lines)
+    output.write_text(text)
+    return text
+
+
+def train_run(config, seed, path, sets):
+    """Runs (or resumes) one training process, echoing its output into RUN_DIR/train.log.
+
+    Returns:
+      the process's exit code.
+    """
+    command = [sys.executable, "-m", "batchrl.scripts.train", f"--config={config}",
+               f"--logdir={path}", "--no-progress", "--set", f"seed={seed}",
+               *[item for pair in sets for item in ("--set", pair)]]
+    path.mkdir(parents=True, exist_ok=True)
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    with open(path / LOG_NAME, "a") as log:
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        log.write(f"# {started}\n# launched at {time.time():.3f}\n$ {' '.join(command)}\n")
+        print("$", " ".join(command), flush=True)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, env=environ)
+        try:
+            for line in process.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+                log.flush()
+            return process.wait()
+        except KeyboardInterrupt:  # The child got the signal too and saves a checkpoint.
+            process.wait()
+            raise
+
+
+def parse_thresholds(pairs):
+    """`CONFIG=VALUE` strings over `DEFAULT_THRESHOLDS`: dict config -> float.
+
+    Raises:
+      ValueError: for a malformed pair.
+    """
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for pair in pairs:
+        match = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\S+)\s*", pair)
+        try:
+            thresholds[match[1]] = float(match[2])
+        except (TypeError, ValueError):
+            raise ValueError(f"--threshold expects CONFIG=VALUE, got {pair!r}") from None
+    return thresholds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m batchrl.scripts.benchmark",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", metavar="CONFIG",
+                        help="config names under configs/ (default for --report-only: all "
+                             "runs found)")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="seeds (default: 0 1 2; for --report-only: all found)")
+    parser.add_argument("--steps", type=int, help="override every config's steps")
+    parser.add_argument("--threshold", action="append", default=[], metavar="CONFIG=VALUE",
+                        help="the eval score to reach (repeatable; built in: "
+                             + ", ".join(f"{k}={v:g}" for k, v in DEFAULT_THRESHOLDS.items())
+                             + "; otherwise Gymnasium's reward_threshold of the env, if any)")
+    parser.add_argument("--logdir", default="runs/benchmark",
+                        help="runs go to LOGDIR/CONFIG/seed-N (default: %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed on to every training command")
+    parser.add_argument("--output", default="docs/results.md",
+                        help="the report; plots go next to it (default: %(default)s)")
+    parser.add_argument("--tag", default="mean_score", help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite the report and plots from existing runs")
+    quiet.add_verbose_flag(parser)
+    args = parser.parse_args(argv)
+    train.start_tensorflow(args.verbose)  # TensorBoard's event reader imports TensorFlow.
+    try:
+        thresholds = parse_thresholds(args.threshold)
+    except ValueError as error:
+        parser.error(str(error))
+
+    if args.report_only:
+        runs = discover(args.logdir, args.configs, args.seeds)
+        write_report(runs, thresholds, args.output, args.tag, args.logdir)
+        print(f"Wrote {args.output} ({sum(len(s) for s in runs.values())} runs).")
+        return 0 if runs else 1
+
+    if not args.configs:
+        parser.error("--configs is required unless --report-only is given")
+    seeds = args.seeds if args.seeds is not None else [0, 1, 2]
+    sets = [*args.set, *([f"steps={args.steps}"] if args.steps is not None else [])]
+    targets = {}
+    try:
+        if "seed" in configs.parse_overrides(sets):
+            raise configs.ConfigError("give seeds with --seeds, not --set seed=...")
+        for config in args.configs:
+            if config not in configs.available():
+                raise configs.ConfigError(
+                    f"--configs takes names under configs/ ({', '.join(configs.available())})"
+                    f", got {config!r}")
+            targets[config] = configs.load(config, sets).steps
+    except configs.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    failed = []
+    for seed in seeds:  # Seed-major: every config gets a first seed early.
+        for config in args.configs:
+            path = run_dir(args.logdir, config, seed)
+            step = checkpoint_step(path)
+            if step >= targets[config]:
+                print(f"{path}: complete ({step:,} of {targets[config]:,} steps), skipped.")
+                continue
+            try:
+                code = train_run(config, seed, path, sets)
+            except KeyboardInterrupt:
+                print(f"\nInterrupted; run the same command again to resume {path}.",
+                      file=sys.stderr)
+                return 130
+            if code != 0:
+                failed.append(f"{path} (exit code {code}; see {path / LOG_NAME})")
+            write_report(discover(args.logdir), thresholds, args.output, args.tag, args.logdir)
+    runs = discover(args.logdir)
+    print(write_report(runs, thresholds, args.output, args.tag, args.logdir))
+    print(f"Wrote {args.output}.")
+    if failed:
+        print("failed runs:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
