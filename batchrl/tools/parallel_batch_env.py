@@ -36,7 +36,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from batchrl.tools import env_group
-from batchrl.tools.base_batch_env import BaseBatchEnv
+from batchrl.tools.worker_batch_env import WorkerBatchEnv
 from batchrl.tools.wrappers import ExternalProcess, WorkerError
 
 __all__ = ["ParallelBatchEnv"]
@@ -45,7 +45,7 @@ __all__ = ["ParallelBatchEnv"]
 _POLL_SLICE_MS = 500
 
 
-class ParallelBatchEnv(BaseBatchEnv):
+class ParallelBatchEnv(WorkerBatchEnv):
     """`B` environments stepped together by `W` worker processes, each hosting several.
 
     Same interface and semantics as `BatchEnv` (`BaseBatchEnv`'s `step` and `reset` with
@@ -118,8 +118,8 @@ class ParallelBatchEnv(BaseBatchEnv):
         self._num_envs = num_envs
         self._timeout = float(timeout)
         self._name = name
-        self._default_label = name if name is not None else _describe(constructor)
-        self._labels = [self._default_label] * num_envs
+        self._label = name if name is not None else _describe(constructor)
+        self._labels = [self._label] * num_envs
         # Contiguous groups: `(first batch index, count)` per worker.
         base, extra = divmod(num_envs, num_workers)
         counts = [base + (k < extra) for k in range(num_workers)]
@@ -129,7 +129,7 @@ class ParallelBatchEnv(BaseBatchEnv):
         # Names of the workers in error messages, e.g. "envs 16-31 (HalfCheetah-v5)".
         self._worker_names = [
             (f"env {first}" if count == 1 else f"envs {first}-{first + count - 1}")
-            + f" ({self._default_label})"
+            + f" ({self._label})"
             for first, count in self._groups
         ]
         self._workers = []
@@ -147,29 +147,10 @@ class ParallelBatchEnv(BaseBatchEnv):
 
     # Public interface.
 
-    def __repr__(self):
-        return (f"ParallelBatchEnv({self._default_label}, num_envs={self._num_envs}, "
-                f"num_workers={len(self._groups)})")
-
-    @property
-    def blocking(self):
-        """False: the workers step their environments in parallel."""
-        return False
-
-    @property
-    def num_workers(self):
-        """The number of worker processes `W` (int)."""
-        return len(self._groups)
-
     @property
     def worker_pids(self):
         """The process ids of the workers (tuple of int), in the order of their groups."""
         return tuple(self._pids)
-
-    @property
-    def groups(self):
-        """The batch indices each worker hosts: a tuple of `range`s, one per worker."""
-        return tuple(range(first, first + count) for first, count in self._groups)
 
     def _step(self, actions):
         """Steps all environments through shared memory; returns new arrays (the caller may
@@ -197,13 +178,6 @@ class ParallelBatchEnv(BaseBatchEnv):
         self._exchange(workers, messages)
         observ = self._memory.observ[indices]  # A copy, in the order of `indices`.
         return observ, tuple([{} for _ in range(len(indices))])
-
-    def close(self):
-        """Ends every worker (closing its environments) and unlinks the shared memory.
-
-        Idempotent; never raises for workers that already died.
-        """
-        self._close("the batch is closed")
 
     # Start-up.
 
@@ -352,21 +326,6 @@ class ParallelBatchEnv(BaseBatchEnv):
         return ValueError(
             f"env {index} returned an observation of shape {shape}, expected "
             f"{self._observ_shape}: {value}")
-
-    def _on_error(self, error, indices):
-        """A non-finite result closes the batch (see the class)."""
-        self._fail(error)
-
-    def _fail(self, error):
-        """Closes the batch after a failure, then raises `error`."""
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        self._close(f"the batch was closed after an error: {first_line}")
-        raise error
-
-    def _close(self, why):
-        if self._closed is None:
-            self._closed = why
-        self._finalizer()
 
 
 def _release(workers, channels, memory):

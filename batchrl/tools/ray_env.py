@@ -23,10 +23,10 @@ import weakref
 import numpy as np
 
 from batchrl.tools import ray_connection
-from batchrl.tools.base_batch_env import BaseBatchEnv
 from batchrl.tools.parallel_batch_env import _describe
 from batchrl.tools.ray_connection import RayUnavailable
 from batchrl.tools.ray_env_group import RAISED, EnvGroup, Problem
+from batchrl.tools.worker_batch_env import WorkerBatchEnv
 from batchrl.tools.wrappers import WorkerError
 
 __all__ = ["NotEnoughCPUs", "RayBatchEnv", "RayUnavailable"]
@@ -38,7 +38,7 @@ class NotEnoughCPUs(ValueError):
     """The actors ask for more CPUs than the Ray cluster has."""
 
 
-class RayBatchEnv(BaseBatchEnv):
+class RayBatchEnv(WorkerBatchEnv):
     """`B` environments stepped together by `W` Ray actors, each hosting a contiguous group.
 
     Same interface and semantics as `ParallelBatchEnv` (`BaseBatchEnv`'s `step` and `reset`
@@ -134,25 +134,6 @@ class RayBatchEnv(BaseBatchEnv):
 
     # Public interface.
 
-    def __repr__(self):
-        return (f"RayBatchEnv({self._label}, num_envs={self._num_envs}, "
-                f"num_workers={len(self._groups)})")
-
-    @property
-    def blocking(self):
-        """False: the actors step their environments in parallel."""
-        return False
-
-    @property
-    def num_workers(self):
-        """The number of actors `W` (int)."""
-        return len(self._groups)
-
-    @property
-    def groups(self):
-        """The batch indices each actor hosts: a tuple of `range`s, one per actor."""
-        return tuple(range(first, first + count) for first, count in self._groups)
-
     @property
     def worker_pids(self):
         """The process id of each actor (tuple of int; on its own node), in group order."""
@@ -228,13 +209,6 @@ class RayBatchEnv(BaseBatchEnv):
             np.searchsorted(ordered, indices)]
         self._pending[indices] = False
         return observ, tuple({} for _ in range(len(indices)))
-
-    def close(self):
-        """Ends every actor, then the connection to Ray if a batch made it (see above).
-
-        Idempotent; never raises for actors that already died.
-        """
-        self._close("the batch is closed")
 
     # Start-up.
 
@@ -381,21 +355,6 @@ class RayBatchEnv(BaseBatchEnv):
                                f"the Ray actor ({problem.where}):\n{problem.text}")
         return ValueError(f"env {problem.index} returned an observation of shape "
                           f"{problem.what}, expected {self._observ_shape}: {problem.text}")
-
-    def _on_error(self, error, indices):
-        """A non-finite result closes the batch (see the class)."""
-        self._fail(error)
-
-    def _fail(self, error):
-        """Closes the batch after a failure, then raises `error`."""
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        self._close(f"the batch was closed after an error: {first_line}")
-        raise error
-
-    def _close(self, why):
-        if self._closed is None:
-            self._closed = why
-        self._finalizer()
 
 
 def _release(actors, connected):
