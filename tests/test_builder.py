@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from batchrl import build, configs
 from batchrl.algorithms import A2C, PPO, TRPO, FunctionalAlgorithm, build_algorithm, parts
+from batchrl.algorithms.distributions import DiagonalGaussian
 from batchrl.networks import feed_forward_gaussian
 from batchrl.tools.batch_env import BatchEnv
 from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
@@ -273,3 +274,38 @@ def test_config_optimizer_replaces_the_algorithm_default():
     assert float(value.optimizer.learning_rate.numpy()) == 0.25
     default, _ = _setup(TRPO, [(2, 3)])
     assert type(default.checkpoint_state["policy_optimizer"]).__name__ == "LineSearch"
+
+
+def test_parts_gae_and_policy_change_against_numpy():
+    """`parts.gae`: the raw GAE(lambda) advantages (eq. 16 of arXiv:1506.02438, one NumPy
+    loop per episode) and lambda-returns, 0 at padded steps; `parts.policy_change`: the mean
+    closed-form KL of two diagonal Gaussians and the mean entropy over the valid steps."""
+    rng = np.random.default_rng(5)
+    length = np.array([4, 2], np.int32)
+    mask = (np.arange(4)[None] < length[:, None]).astype(np.float32)
+    reward, value = rng.normal(size=(2, 2, 4)).astype(np.float32)
+    bootstrap = np.array([0.5, -1.0], np.float32)
+    batch = {"reward": np.where(mask > 0, reward, 9.0), "value": np.where(mask > 0, value, 4.0),
+             "bootstrap": bootstrap, "length": length}
+    advantage, returns = parts.gae(batch, discount=0.9, gae_lambda=0.7)
+    for e, n in enumerate(length):
+        expected, running = np.zeros(n), 0.0
+        for t in reversed(range(n)):
+            following = bootstrap[e] if t == n - 1 else value[e, t + 1]
+            running = reward[e, t] + 0.9 * following - value[e, t] + 0.9 * 0.7 * running
+            expected[t] = running
+        np.testing.assert_allclose(advantage.numpy()[e, :n], expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(returns.numpy()[e, :n], expected + value[e, :n],
+                                   rtol=1e-5, atol=1e-6)
+    assert not advantage.numpy()[mask == 0].any() and not returns.numpy()[mask == 0].any()
+
+    mean_p, mean_q = rng.normal(size=(2, 2, 4, 3)).astype(np.float32)
+    logstd_p, logstd_q = (0.3 * rng.normal(size=(2, 2, 4, 3))).astype(np.float32)
+    got = parts.policy_change(DiagonalGaussian({"mean": mean_p, "logstd": logstd_p}),
+                              DiagonalGaussian({"mean": mean_q, "logstd": logstd_q}), mask)
+    std_p, std_q = np.exp(logstd_p), np.exp(logstd_q)
+    kl = np.sum(np.log(std_q / std_p) + (std_p ** 2 + (mean_p - mean_q) ** 2)
+                / (2 * std_q ** 2) - 0.5, -1)
+    entropy = np.sum(logstd_q + 0.5 * np.log(2 * np.pi * np.e), -1)
+    assert float(got["kl"]) == pytest.approx(kl[mask > 0].mean(), rel=1e-5)
+    assert float(got["entropy"]) == pytest.approx(entropy[mask > 0].mean(), rel=1e-5)

@@ -10,7 +10,7 @@ import tensorflow as tf
 from batchrl import optimizers
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
-from batchrl.algorithms.on_policy import OnPolicyAlgorithm, _after
+from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.optimizers import spec as spec_lib
 
 _ROLES = ("loss_fn", "postprocess_fn", "value_loss_fn", "kl_fn")
@@ -34,16 +34,11 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
         super().__init__(batch_env, step, is_training, should_log, config)
         self._functions = {role: _bind(self.name, role, function, config)
                            for role, function in self.functions.items() if function}
-        self._policy_optimizer = optimizers.create(
-            config.get("optimizer") or self.default_optimizer, config.policy_lr,
-            config.max_gradient_norm, "optimizer")
-        self._policy_optimizer.build(self._networks.policy.trainable_variables)
-        self._value_optimizer = optimizers.create(
-            config.get("value_optimizer") or self.default_value_optimizer, config.value_lr,
-            config.max_gradient_norm, "value_optimizer")
-        self._value_optimizer.build(self._networks.value.trainable_variables)
-        self._update = tf.function(
-            self._update_step, jit_compile=bool(config.jit_update), autograph=False)
+        self._build_optimizers(
+            optimizers.create(config.get("optimizer") or self.default_optimizer,
+                              config.policy_lr, config.max_gradient_norm, "optimizer"),
+            optimizers.create(config.get("value_optimizer") or self.default_value_optimizer,
+                              config.value_lr, config.max_gradient_norm, "value_optimizer"))
 
     @classmethod
     def required_config_keys(cls):
@@ -55,36 +50,12 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
                 if parameter.kind is parameter.KEYWORD_ONLY
                 and parameter.default is parameter.empty}
 
-    @property
-    def checkpoint_state(self):
-        """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
-        optimizers (their state, e.g. Adam's moments)."""
-        return dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
-                    value_optimizer=self._value_optimizer)
-
-    def _train(self):
-        """The update and its summaries (scalars, and a histogram of the advantages when
-        postprocessing adds them); returns True once done."""
-        with tf.name_scope("update"):
-            result = self._update()
-            advantage = result.pop("advantage", None)
-            mask = result.pop("mask")
-            with tf.summary.record_if(self._should_log), tf.name_scope(self.name + "/"):
-                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
-                if advantage is not None:
-                    summaries.append(tf.summary.histogram(
-                        "advantage", tf.boolean_mask(advantage, mask > 0)))
-                self._observ_filter.summary()
-                self._reward_filter.summary()
-            return _after(summaries, True)
-
     def _update_step(self):
         """Builds the batch, postprocesses it, takes the policy optimizer's step and then the
         value optimizer's, and empties the memory; returns the diagnostics (`policy/...`,
         `value/...`, `kl`, `entropy`, `mean_return`), `mask` and, when postprocessing adds
         it, `advantage`."""
-        with tf.control_dependencies(self._schedule_learning_rates()):
-            batch = self._batch()
+        batch = self._batch()
         if "postprocess_fn" in self._functions:
             batch = self._functions["postprocess_fn"](batch)
         batch = {key: tf.stop_gradient(value) for key, value in batch.items()}
@@ -105,51 +76,29 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
         with tf.control_dependencies(list(metrics.values())):
             new = parts.current_policy(networks, distribution, batch)
             old = parts.stored_policy(distribution, batch, "old_policy_")
-            metrics["kl"] = advantage_lib.masked_mean(old.kl(new), batch["mask"])
-            metrics["entropy"] = advantage_lib.masked_mean(new.entropy(), batch["mask"])
+            metrics.update(parts.policy_change(old, new, batch["mask"]))
         if "return" in batch:
             metrics["mean_return"] = advantage_lib.masked_mean(batch["return"], batch["mask"])
-        with tf.control_dependencies(list(metrics.values())):
-            cleared = [self._memory.clear(), self._memory_index.assign(0)]
-        extra = {"mask": batch["mask"]}
+        metrics["mask"] = batch["mask"]
         if "advantage" in batch:
-            extra["advantage"] = batch["advantage"]
-        with tf.control_dependencies(cleared):
-            return {key: tf.identity(value) for key, value in dict(metrics, **extra).items()}
+            metrics["advantage"] = batch["advantage"]
+        return self._finish_update(metrics)
 
     def _batch(self):
-        """The memory as the batch that `build_algorithm` documents."""
-        episodes, length = self._memory.data()
-        mask = advantage_lib.sequence_mask(length, self._memory_length)
-        observ = episodes["observ"]
+        """The start of the update (`_begin_update`: the learning rates scheduled, the
+        memory read) and the memory as the batch that `build_algorithm` documents: that of
+        `_memory_batch` with `done`, `terminated`, `initial_state` and `old_policy_<param>`
+        (and without a recurrent policy's `state`)."""
+        batch = self._begin_update()
+        batch.pop("state", None)  # Episodes are replayed from their start.
+        length = batch["length"]
         last = tf.equal(tf.range(self._memory_length)[None, :], length[:, None] - 1)
-        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
-        batch = {
-            "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
-            "reward": advantage_lib.masked(
-                self._reward_filter.transform(episodes["reward"]), mask),
-            "done": last,
-            "terminated": tf.logical_and(last, self._memory_terminated[:, None]),
-            "value": advantage_lib.masked(self._networks.value(observ), mask),
-            "bootstrap": self._networks.value(self._memory_final[:, None])[:, 0]
-            * not_terminal,
-            "initial_state": tf.zeros([self._config.update_every, self._state_size]),
-        }
-        for key in self._param_shapes:
-            batch["policy_" + key] = episodes["policy_" + key]
-        for key, value in self._replay(observ).items():
+        batch.update(
+            done=last, terminated=tf.logical_and(last, self._memory_terminated[:, None]),
+            initial_state=tf.zeros([self._config.update_every, self._state_size]))
+        for key, value in self._replay(batch["observ"]).items():
             batch["old_policy_" + key] = value
         return batch
-
-    def _schedule_learning_rates(self):
-        """With `lr_schedule: linear`, scales the optimizers' learning rates by the fraction
-        of the run's `steps` still to train (0 from `steps` on); returns the assignments."""
-        if self._config.lr_schedule != "linear":
-            return []
-        done = tf.cast(self._step, tf.float32) / float(self._config.steps)
-        remaining = tf.maximum(1.0 - done, 0.0)
-        return (self._policy_optimizer.scale_learning_rate(remaining)
-                + self._value_optimizer.scale_learning_rate(remaining))
 
 
 def _bind(name, role, function, config):

@@ -8,6 +8,7 @@ graph); Heess et al., arXiv:1707.02286 (streaming normalization).
 
 import tensorflow as tf
 
+from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.memory import EpisodeMemory
 from batchrl.tools import nested
 from batchrl.tools.streaming import StreamingNormalize
@@ -25,9 +26,9 @@ class OnPolicyAlgorithm:
     While `is_training` is true, `experience` appends each agent's transitions to its
     current episode and updates the observation and reward normalizers; `end_episodes`
     moves finished episodes into a memory of `update_every` episodes (further episodes that
-    end at the same step are dropped) and, once it is full, calls the subclass's `_train()`
-    (graph code returning a tensor to wait for), which trains and empties the memory
-    (`self._memory.clear()`, `self._memory_index.assign(0)`). While `is_training` is false,
+    end at the same step are dropped) and, once it is full, calls `_train()` (graph code
+    returning a tensor to wait for), which runs the subclass's `_update_step` (the update,
+    which empties the memory) and writes its summaries. While `is_training` is false,
     `perform` returns the mode (mean) action and nothing is recorded.
 
     A recurrent policy (`policy.state_size > 0`) keeps one state per agent, reset to zero
@@ -62,7 +63,16 @@ class OnPolicyAlgorithm:
         `chunk_length` (episodes are stored padded to a multiple of it; None:
         `max_length`).
 
+    The update's skeleton is shared too: `_train` calls the subclass's `_update_step`
+    (compiled once, with XLA when the config's `jit_update` is true and the subclass reads
+    it) and writes its summaries; `_build_optimizers` keeps the policy's and the value
+    network's optimizers (checkpointed with `checkpoint_state`); `_begin_update` decays
+    their learning rates (`lr_schedule`, `_schedule_learning_rates`) and reads the memory
+    as a batch (`_memory_batch`); `_finish_update` empties the memory after the update.
+
     Attributes:
+      histograms: tuple of str, the entries of `_update_step`'s result that `_train` writes
+        as histograms over the valid steps (the others but `mask` are scalars).
       config_keys: frozenset of str, the config keys the algorithm reads other than those
         of the run (`env`, `steps`, `seed`, `max_length`, ...) and of the network
         (`policy_layers`, ...). `batchrl.build.algorithm_class` refuses a config that sets
@@ -70,7 +80,8 @@ class OnPolicyAlgorithm:
         not read it; a subclass that reads more keys adds them.
     """
 
-    name = "on_policy"  # The name scope of the variables.
+    name = "on_policy"  # The name scope of the variables and of the summaries.
+    histograms = ("advantage",)
     config_keys = frozenset({
         "update_every", "discount", "normalize_observ", "normalize_reward", "observ_clip",
         "reward_clip", "reward_normalizer"})
@@ -149,11 +160,18 @@ class OnPolicyAlgorithm:
             self._return = tf.Variable(
                 tf.zeros([num_agents]), trainable=False, name="discounted_return")
         self._random = tf.random.Generator.from_seed(config.seed)
+        self._policy_optimizer = self._value_optimizer = None  # Set by `_build_optimizers`.
+        # The update is a function of its own, traced once however many step functions
+        # call it. With `jit_update`, XLA compiles its many small ops (minibatch steps of
+        # small networks) into a few kernels; summaries stay outside, in `_train`.
+        jit = bool(config.jit_update) if "jit_update" in self.config_keys else False
+        self._update = tf.function(self._update_step, jit_compile=jit, autograph=False)
 
     @property
     def checkpoint_state(self):
         """Trackables that define training, for `tf.train.Checkpoint(**checkpoint_state)`.
 
+        With `_build_optimizers`, also the optimizers (their state, e.g. Adam's moments).
         Episodes in progress, the recurrent states and the memory are left out: they are
         rebuilt by playing (every phase of the Loop begins new episodes for all agents).
         """
@@ -163,6 +181,9 @@ class OnPolicyAlgorithm:
             "observ_filter": self._observ_filter,
             "reward_filter": self._reward_filter,
             "random": self._random,
+            **({} if self._policy_optimizer is None else {
+                "policy_optimizer": self._policy_optimizer,
+                "value_optimizer": self._value_optimizer}),
         }
 
     @property
@@ -342,8 +363,113 @@ class OnPolicyAlgorithm:
                            lambda: tf.constant(False))
 
     def _train(self):
-        """The update on the full memory, which empties it; returns a tensor to wait for."""
+        """The update on the full memory (`_update_step`, which empties it) and its summaries
+        under `NAME/`: a scalar of each float32 scalar it returns, a histogram of each entry
+        named in `histograms` over the valid steps (its `mask`), and the normalizers'
+        statistics; returns True once done."""
+        with tf.name_scope("update"):
+            result = self._update()
+            mask = result.pop("mask")
+            histograms = {key: result.pop(key) for key in self.histograms if key in result}
+            with tf.summary.record_if(self._should_log), tf.name_scope(self.name + "/"):
+                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
+                summaries += [
+                    tf.summary.histogram(
+                        name, tf.cast(tf.boolean_mask(value, mask > 0), tf.float32))
+                    for name, value in histograms.items()]
+                self._observ_filter.summary()
+                self._reward_filter.summary()
+            return _after(summaries, True)
+
+    def _update_step(self):
+        """The update itself, free of summaries so that XLA can compile it; empties the
+        memory (`_clear_memory`). Returns a dict of float32 scalars for the summaries, the
+        float32 `[update_every, memory_length]` `mask` of the valid steps, and the tensors
+        named in `histograms` (`[update_every, memory_length, ...]`; absent ones are
+        skipped)."""
         raise NotImplementedError
+
+    def _memory_batch(self):
+        """The memory's `E = update_every` episodes, padded to `T = memory_length` steps, as
+        a dict of tensors: `observ` float32 `[E, T, *observation_shape]` (normalized);
+        `action` `[E, T, *action_shape]`; `mask` float32 `[E, T]`, 1 for valid steps;
+        `length` int32 `[E]`; `reward` float32 `[E, T]`, scaled by the reward normalizer
+        and 0 beyond each episode's length; `value` float32 `[E, T]`, V(s_t) now (`_value`),
+        0 beyond the length; `bootstrap` float32 `[E]`, the value of the observation after
+        the last step, 0 when the episode terminated; `policy_<param>` `[E, T, ...]`, the
+        parameters of the policy that acted; and, for a recurrent policy, `state` float32
+        `[E, T, state_size]`, the state each step was acted on."""
+        episodes, length = self._memory.data()
+        mask = advantage_lib.sequence_mask(length, self._memory_length)
+        observ = episodes["observ"]
+        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
+        batch = {
+            "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
+            "reward": advantage_lib.masked(
+                self._reward_filter.transform(episodes["reward"]), mask),
+            "value": advantage_lib.masked(self._value(observ), mask),
+            "bootstrap": self._value(self._memory_final[:, None])[:, 0] * not_terminal,
+        }
+        for key in self._param_shapes:
+            batch["policy_" + key] = episodes["policy_" + key]
+        if self._recurrent:
+            batch["state"] = episodes["state"]
+        return batch
+
+    def _begin_update(self):
+        """The start of `_update_step`: schedules the learning rates
+        (`_schedule_learning_rates`), then reads the memory (`_memory_batch`, returned)."""
+        with tf.control_dependencies(self._schedule_learning_rates()):
+            return self._memory_batch()
+
+    def _value(self, observ):
+        """The value network's estimate of the return, float32 `[batch, time]` for
+        observations `[batch, time, *observation_shape]`."""
+        return self._networks.value(observ)
+
+    def _build_optimizers(self, policy_optimizer, value_optimizer):
+        """Keeps the optimizers of the policy's and of the value network's trainable
+        variables as `_policy_optimizer` and `_value_optimizer`, builds them for those
+        variables, and adds them to `checkpoint_state`."""
+        self._policy_optimizer = policy_optimizer
+        self._policy_optimizer.build(self._networks.policy.trainable_variables)
+        self._value_optimizer = value_optimizer
+        self._value_optimizer.build(self._networks.value.trainable_variables)
+
+    def _clear_memory(self, dependencies):
+        """Empties the memory once the tensors `dependencies` are computed; returns the
+        operations to wait for."""
+        with tf.control_dependencies(dependencies):
+            return [self._memory.clear(), self._memory_index.assign(0)]
+
+    def _finish_update(self, results):
+        """The end of `_update_step`: empties the memory once the tensors of the dict
+        `results` are computed, and returns them (`tf.identity`, after the memory is
+        emptied)."""
+        cleared = self._clear_memory(list(results.values()))
+        with tf.control_dependencies(cleared):
+            return {key: tf.identity(value) for key, value in results.items()}
+
+    def _remaining(self):
+        """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""
+        done = tf.cast(self._step, tf.float32) / float(self._config.steps)
+        return tf.maximum(1.0 - done, 0.0)
+
+    def _schedule_learning_rates(self):
+        """With `lr_schedule: linear`, scales the optimizers' learning rates by the fraction
+        of the run's `steps` still to train (as in Schulman et al., arXiv:1707.06347, table
+        3, for MuJoCo; 0 from `steps` on: the policy stops changing); returns the
+        assignments (none for other schedules, or a subclass without `lr_schedule`)."""
+        if "lr_schedule" not in self.config_keys or self._config.lr_schedule != "linear":
+            return []
+        return self._scale_learning_rates(self._remaining())
+
+    def _scale_learning_rates(self, scale):
+        """Sets the optimizers' learning rates to their configured values times `scale`
+        (float32 scalar); returns the assignments. Here for `batchrl.optimizers`
+        optimizers (`scale_learning_rate`); a subclass with others overrides it."""
+        return (self._policy_optimizer.scale_learning_rate(scale)
+                + self._value_optimizer.scale_learning_rate(scale))
 
     def _replay(self, observ):
         """The current policy's parameters on whole episodes of the memory, replayed from

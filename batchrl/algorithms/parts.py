@@ -1,11 +1,12 @@
-"""Functions of batches that algorithms made with `build_algorithm` share: the current and
-the stored policies, the KL from the update's start, GAE(lambda) postprocessing and the
-value regression loss. Each is a pure function of tensors (see `build_algorithm` for the
-batch's keys)."""
+"""Functions of batches that on-policy algorithms (those made with `build_algorithm`, and
+PPO) share: the current and the stored policies, the KL from the update's start, GAE(lambda)
+and its postprocessing, the diagnostics of a policy change and the value regression loss.
+Each is a pure function of tensors (see `build_algorithm` for the batch's keys)."""
 
 import tensorflow as tf
 
-from batchrl.algorithms.advantage import generalized_advantage, masked, masked_mean, normalize
+from batchrl.algorithms import advantage as advantage_lib
+from batchrl.algorithms.advantage import masked, masked_mean, normalize
 
 
 def current_policy(networks, distribution, batch):
@@ -31,14 +32,31 @@ def kl_from_update_start(networks, distribution, batch):
     return masked_mean(old.kl(new), batch["mask"])
 
 
+def gae(batch, *, discount, gae_lambda):
+    """`(advantage, returns)`: the GAE(lambda) advantages of the batch's episodes and the
+    lambda-returns A_t + V(s_t) (Schulman et al., arXiv:1506.02438, eq. 16), both float32
+    `[episodes, time]` and 0 beyond each episode's length; from the batch's `reward`,
+    `value`, `bootstrap` and `length` (`advantage.generalized_advantage`)."""
+    return advantage_lib.generalized_advantage(
+        batch["reward"], batch["value"], batch["bootstrap"], batch["length"], discount,
+        gae_lambda)
+
+
 def gae_postprocess(batch, *, discount, gae_lambda):
     """Adds `advantage`, GAE(lambda) normalized to mean 0 and standard deviation 1 over the
     batch, and `return`, the lambda-returns A_t + V(s_t) as value targets (Schulman et
     al., arXiv:1506.02438, eq. 16); both float32 `[episodes, time]`."""
-    advantage, returns = generalized_advantage(
-        batch["reward"], batch["value"], batch["bootstrap"], batch["length"], discount,
-        gae_lambda)
+    advantage, returns = gae(batch, discount=discount, gae_lambda=gae_lambda)
     return {**batch, "advantage": normalize(advantage, batch["mask"]), "return": returns}
+
+
+def policy_change(reference, new, mask):
+    """The diagnostics of an update's policy change: `kl`, the mean KL(reference || new)
+    over the valid steps (`mask` 1), in nats, and `entropy`, the mean entropy of `new`;
+    dict of float32 scalars. `reference` and `new` are distributions over `[episodes,
+    time]`."""
+    return {"kl": masked_mean(reference.kl(new), mask),
+            "entropy": masked_mean(new.entropy(), mask)}
 
 
 def value_loss(networks, distribution, batch):

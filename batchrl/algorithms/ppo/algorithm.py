@@ -9,7 +9,8 @@ import keras
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
-from batchrl.algorithms.on_policy import OnPolicyAlgorithm, _after
+from batchrl.algorithms import parts
+from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.ppo import losses
 from batchrl.tools.streaming import StreamingNormalize
 
@@ -70,6 +71,7 @@ class PPO(OnPolicyAlgorithm):
         "gae_lambda", "kl_target", "kl_cutoff_factor", "kl_cutoff_coef", "kl_init_penalty",
         "max_gradient_norm", "kl_reference", "jit_update", "entropy_coef", "lr_schedule",
         "kl_schedule", "normalize_value"}
+    histograms = ("advantage", "action")
     # The least fraction of `kl_target` that `kl_schedule: linear` decays to.
     kl_target_floor = 0.1
 
@@ -80,44 +82,18 @@ class PPO(OnPolicyAlgorithm):
                                         trainable=False, name="kl_penalty")
             self._value_filter = StreamingNormalize((), name="value_normalize") if (
                 config.normalize_value) else None
-        self._policy_optimizer = keras.optimizers.Adam(config.policy_lr)
-        self._policy_optimizer.build(self._networks.policy.trainable_variables)
-        self._value_optimizer = keras.optimizers.Adam(config.value_lr)
-        self._value_optimizer.build(self._networks.value.trainable_variables)
-        # The update is a function of its own, traced once however many step functions
-        # call it. With `jit_update`, XLA compiles its many small ops (minibatch steps of
-        # small networks) into a few kernels; summaries stay outside, in `_train`.
-        self._update = tf.function(
-            self._update_step, jit_compile=bool(config.jit_update), autograph=False)
+        self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
+                               keras.optimizers.Adam(config.value_lr))
 
     @property
     def checkpoint_state(self):
         """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
         optimizers, the KL penalty and, with `normalize_value`, the value targets'
         statistics (`value_filter`)."""
-        state = dict(super().checkpoint_state, policy_optimizer=self._policy_optimizer,
-                     value_optimizer=self._value_optimizer, kl_penalty=self._penalty)
+        state = dict(super().checkpoint_state, kl_penalty=self._penalty)
         if self._value_filter is not None:
             state["value_filter"] = self._value_filter
         return state
-
-    def _train(self):
-        """One PPO update on the full memory and its summaries; returns True once done."""
-        with tf.name_scope("update"):
-            result = self._update()
-            mask = result.pop("mask")
-            advantage = result.pop("advantage")
-            action = result.pop("action")
-            with tf.summary.record_if(self._should_log), tf.name_scope("ppo/"):
-                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
-                summaries += [
-                    tf.summary.histogram("advantage", tf.boolean_mask(advantage, mask > 0)),
-                    tf.summary.histogram("action", tf.cast(
-                        tf.boolean_mask(action, mask > 0), tf.float32)),
-                ]
-                self._observ_filter.summary()
-                self._reward_filter.summary()
-            return _after(summaries, True)
 
     def _update_step(self):
         """The update itself (see the class docstring), free of summaries so that XLA can
@@ -130,23 +106,14 @@ class PPO(OnPolicyAlgorithm):
           ...]`, for the histograms.
         """
         config = self._config
-        scheduled = self._schedule_learning_rates()
-        with tf.control_dependencies(scheduled):
-            episodes, length = self._memory.data()
-        mask = advantage_lib.sequence_mask(length, self._memory_length)
-        observ = episodes["observ"]
-        reward = advantage_lib.masked(self._reward_filter.transform(episodes["reward"]), mask)
-        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
-        value = self._value(observ)
-        bootstrap = self._value(self._memory_final[:, None])[:, 0] * not_terminal
-        advantage, target = advantage_lib.generalized_advantage(
-            reward, value, bootstrap, length, config.discount, config.gae_lambda)
+        batch = self._begin_update()
+        observ, action, mask = batch["observ"], batch["action"], batch["mask"]
+        advantage, target = parts.gae(
+            batch, discount=config.discount, gae_lambda=config.gae_lambda)
         value_target = self._value_target(target, mask)
-        mean = advantage_lib.masked_mean(advantage, mask)
-        std = tf.sqrt(advantage_lib.masked_mean(tf.square(advantage - mean), mask))
-        behaviour_params = {key: episodes["policy_" + key] for key in self._param_shapes}
+        behaviour_params = {key: batch["policy_" + key] for key in self._param_shapes}
         behaviour = self._distribution(behaviour_params)
-        state = episodes["state"] if self._recurrent else tf.zeros(
+        state = batch["state"] if self._recurrent else tf.zeros(
             [config.update_every, self._memory_length, 0])
         if config.kl_reference == "update_start":
             # The paper's pi_old: the policy before this update, on the same observations
@@ -155,10 +122,9 @@ class PPO(OnPolicyAlgorithm):
         else:
             reference_params = behaviour_params
         steps = dict(
-            observ=observ, action=episodes["action"], state=state, mask=mask,
-            target=value_target,
-            advantage=advantage_lib.masked((advantage - mean) / (std + 1e-8), mask),
-            old_log_prob=behaviour.log_prob(episodes["action"]),
+            observ=observ, action=action, state=state, mask=mask, target=value_target,
+            advantage=advantage_lib.normalize(advantage, mask),
+            old_log_prob=behaviour.log_prob(action),
             **{"reference_" + key: value for key, value in reference_params.items()})
         metrics = self._optimize(self._chunks(steps))
 
@@ -168,23 +134,18 @@ class PPO(OnPolicyAlgorithm):
             else:
                 new = self._distribution(self._replay(observ))
             reference = self._distribution(reference_params)
-            kl = advantage_lib.masked_mean(reference.kl(new), mask)
-            entropy = advantage_lib.masked_mean(new.entropy(), mask)
+            change = parts.policy_change(reference, new, mask)
             penalty = self._penalty.assign(
-                losses.adapted_penalty(self._penalty, kl, self._kl_target()))
-        with tf.control_dependencies([penalty]):
-            cleared = [self._memory.clear(), self._memory_index.assign(0)]
-        with tf.control_dependencies(cleared):
-            return dict(
-                metrics, kl=tf.identity(kl), kl_penalty=tf.identity(penalty),
-                entropy=entropy, mean_return=advantage_lib.masked_mean(target, mask),
-                kl_target=self._kl_target(),
-                mask=mask, advantage=advantage, action=episodes["action"])
+                losses.adapted_penalty(self._penalty, change["kl"], self._kl_target()))
+        return self._finish_update(dict(
+            metrics, **change, kl_penalty=penalty,
+            mean_return=advantage_lib.masked_mean(target, mask), kl_target=self._kl_target(),
+            mask=mask, advantage=advantage, action=action))
 
     def _value(self, observ):
         """The value network's estimate of the return, `[batch, time]` float32; with
         `normalize_value`, its output mapped back from standardized returns."""
-        value = self._networks.value(observ)
+        value = super()._value(observ)
         if self._value_filter is None:
             return value
         return self._value_filter.inverse(value)
@@ -198,11 +159,6 @@ class PPO(OnPolicyAlgorithm):
         updated = self._value_filter.update(tf.boolean_mask(target, mask > 0))
         with tf.control_dependencies([updated]):
             return advantage_lib.masked(self._value_filter.transform(target), mask)
-
-    def _remaining(self):
-        """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""
-        done = tf.cast(self._step, tf.float32) / float(self._config.steps)
-        return tf.maximum(1.0 - done, 0.0)
 
     def _kl_target(self):
         """float32 scalar: `kl_target`; with `kl_schedule: linear`, times the fraction of
@@ -219,16 +175,11 @@ class PPO(OnPolicyAlgorithm):
             return target * tf.maximum(self._remaining(), self.kl_target_floor)
         return target
 
-    def _schedule_learning_rates(self):
-        """With `lr_schedule: linear`, sets both learning rates to their configured value
-        times the fraction of the run's `steps` still to train (as in Schulman et al.,
-        arXiv:1707.06347, table 3, for MuJoCo; 0 from `steps` on: the policy stops
-        changing); returns the assignments."""
+    def _scale_learning_rates(self, scale):
+        """Sets both Adam learning rates to their configured values times `scale`
+        (`OnPolicyAlgorithm._schedule_learning_rates`); returns the assignments."""
         config = self._config
-        if config.lr_schedule != "linear":
-            return []
-        remaining = self._remaining()
-        return [optimizer.learning_rate.assign(rate * remaining)
+        return [optimizer.learning_rate.assign(rate * scale)
                 for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
                                         (self._value_optimizer, config.value_lr))]
 
