@@ -12,8 +12,8 @@ import tensorflow as tf
 from batchrl import build as build_lib
 from batchrl import configs, spaces
 from batchrl import export as export_lib
+from batchrl.environments.application import ApplicationBatchEnv
 from batchrl.tools import nested
-from batchrl.tools.application_batch_env import ApplicationBatchEnv
 from batchrl.tools.simulate import act as simulate_act
 from batchrl.tools.simulate import episode_state
 from batchrl.tools.simulate import observe as simulate_observe

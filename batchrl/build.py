@@ -13,8 +13,8 @@ from batchrl.algorithms.a2c import A2C
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.ppo import PPO
 from batchrl.algorithms.trpo import TRPO
+from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.networks import NETWORKS
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")

@@ -12,6 +12,7 @@ import pathlib
 
 import ruamel.yaml
 
+from batchrl.errors import ConfigError
 from batchrl.optimizers import spec as optimizer_spec
 
 # An installed package carries the configs as batchrl/_configs; a source tree (also an
@@ -43,13 +44,12 @@ _CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "env_backend": ("local", "processes", "envpool", "ray")}
 # The old spelling of an EnvPool task, `env: envpool:TASK`: env_backend envpool with env TASK.
 ENVPOOL_PREFIX = "envpool:"
+# Modules of environments that moved to batchrl.environments (read in old runs' configs).
+_MOVED_MODULES = {"batchrl.tools.nested_tasks": "batchrl.environments.nested_tasks",
+                  "batchrl.tools.mock_environment": "batchrl.environments.mock"}
 # Keys of older releases, and what replaced them (`_translate_old_keys`).
 _REPLACED = {"env_processes": "env_backend: write env_backend: local (for false) or "
                               "env_backend: processes (for true)"}
-
-
-class ConfigError(ValueError):
-    """A user mistake in a config: the message names the culprit and the valid choices."""
 
 
 class Config(dict):
@@ -276,8 +276,12 @@ def read_run_config(path):
 def _translate_old_run(saved):
     """A run's saved config with the backend keys of older releases written as today's:
     `env: envpool:TASK` with `env_backend: envpool`; `env_processes` (dropped)
-    as `env_backend: processes` (true) or `local` (false), unless `env_backend` was `ray`."""
+    as `env_backend: processes` (true) or `local` (false), unless `env_backend` was `ray`;
+    an `env` in a module that moved (`_MOVED_MODULES`) under its new module."""
     saved = dict(saved)
+    for old, new in _MOVED_MODULES.items():  # Test tasks of an env `module:Class`.
+        if isinstance(saved.get("env"), str) and saved["env"].startswith(old + ":"):
+            saved["env"] = new + saved["env"][len(old):]
     processes = saved.pop("env_processes", None)
     env = saved.get("env")
     if isinstance(env, str) and env.startswith(ENVPOOL_PREFIX):

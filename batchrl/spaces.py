@@ -6,7 +6,7 @@ space flattened (`batchrl.tools.nested.FlatObservationSpace`: `Discrete` leaves 
 exactly as `gymnasium.spaces.flatten`). It acts in [-1, 1] for a `Box` with finite bounds,
 with indices for `Discrete`, and with one flat float32 vector for any other action space
 (`batchrl.tools.nested.FlatActionSpace`). These functions are the graph versions of what
-`batchrl.tools.wrappers.standard_wrappers` does to the environments of `train`.
+`batchrl.environments.wrappers.standard_wrappers` does to the environments of `train`.
 """
 
 import gymnasium as gym
@@ -28,7 +28,7 @@ def policy_observation_space(space):
 
 def policy_action_space(space):
     """The action space the policy acts in: `Box(-1, 1)` for a `Box` with finite bounds (as
-    `batchrl.tools.wrappers.standard_wrappers` gives `train`), `space` itself for any other
+    `batchrl.environments.wrappers.standard_wrappers` gives `train`), `space` itself for any other
     `Box` and for `Discrete`, else its `FlatActionSpace`.
 
     Raises:

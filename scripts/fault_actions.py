@@ -42,7 +42,7 @@ def install(kind, after):
     """Makes the `after`-th `BaseBatchEnv.step` of this process get `kind` actions."""
     if kind not in KINDS:
         raise ValueError(f"unknown action fault {kind!r}; choices: {', '.join(KINDS)}")
-    from batchrl.tools.base_batch_env import BaseBatchEnv
+    from batchrl.environments.base import BaseBatchEnv
 
     step = BaseBatchEnv.step
     calls = [0]

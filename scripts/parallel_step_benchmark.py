@@ -58,9 +58,9 @@ import gymnasium as gym
 import numpy as np
 
 from batchrl import environments
-from batchrl.tools import wrappers
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
+from batchrl.environments import wrappers
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.processes import ParallelBatchEnv
 
 ACTION_POOL = 64
 _TICKS = os.sysconf("SC_CLK_TCK")

@@ -69,8 +69,8 @@ def _constructor(env):
 
 
 def _batch(kind, env, num_envs=NUM_ENVS, workers=WORKERS, worker_cpus=1.0):
-    from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-    from batchrl.tools.ray_env import RayBatchEnv
+    from batchrl.environments.processes import ParallelBatchEnv
+    from batchrl.environments.ray.driver import RayBatchEnv
 
     if kind == "ray":
         return RayBatchEnv(_constructor(env), num_envs, num_workers=workers,
@@ -87,7 +87,7 @@ def _raw_call(batch_env):
 def _simulate_call(batch_env, steps_per_call):
     from throughput_simulate import _simulate_call, _step_function
 
-    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+    from batchrl.environments.in_graph import InGraphBatchEnv
     from batchrl.tools.mock_algorithm import MockAlgorithm
 
     batch_env.reset(seed=0)
@@ -143,7 +143,7 @@ def measure_ray_overhead(seconds):
     """Per batch step of W actors hosting one Pendulum each: `{W: (wall seconds, CPU
     seconds of this process)}`, the best of 3 windows, for W = 1, 2, 4."""
     from batchrl import environments
-    from batchrl.tools.ray_env import RayBatchEnv
+    from batchrl.environments.ray.driver import RayBatchEnv
 
     constructor = functools.partial(environments.create, "Pendulum-v1")
     results = {}
@@ -175,9 +175,9 @@ def measure_learner(batches, steps_per_call, calls=6):
 
     from batchrl import build as build_lib
     from batchrl import configs
-    from batchrl.tools.batch_env import BatchEnv
+    from batchrl.environments.local import BatchEnv
+    from batchrl.environments.mock import MockEnvironment
     from batchrl.tools.loop import step_function
-    from batchrl.tools.mock_environment import MockEnvironment
 
     results = {}
     for batch in batches:
@@ -241,7 +241,7 @@ def model(figures, env, nodes, rtt=RTT, envs_per_node=NUM_ENVS, actors_per_node=
 def measure(args):
     import throughput_baselines as baselines
 
-    from batchrl.tools import ray_connection
+    from batchrl.environments.ray import connection as ray_connection
 
     ray_connection.connect(None)
     figures = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

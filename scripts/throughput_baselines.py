@@ -21,8 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 from batchrl import configs, environments
-from batchrl.tools import wrappers
-from batchrl.tools.batch_env import BatchEnv
+from batchrl.environments import wrappers
+from batchrl.environments.local import BatchEnv
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 

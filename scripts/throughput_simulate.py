@@ -88,7 +88,7 @@ def _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call):
     """`simulate` with `MockAlgorithm` as `measure_simulate_mock` runs it; the batch is
     closed on exit. Yields `(call, setup_seconds)`: `call()` runs one full call of the
     step function and returns its environment steps."""
-    from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
+    from batchrl.environments.in_graph import InGraphBatchEnv
     from batchrl.tools.mock_algorithm import MockAlgorithm
 
     native = environments.native_class(env_id) is not None

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.environments.mock import MockEnvironment
 
 
 class NanAfterSteps(MockEnvironment):

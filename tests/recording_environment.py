@@ -3,7 +3,7 @@ can check what an algorithm stored against what the environment really gave."""
 
 import numpy as np
 
-from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.environments.mock import MockEnvironment
 
 
 class RecordingEnvironment(MockEnvironment):

@@ -1,4 +1,4 @@
-"""Tests of batchrl.tools.batch_env.BatchEnv, in-process and with external processes."""
+"""Tests of batchrl.environments.local.BatchEnv, in-process and with external processes."""
 
 import functools
 import sys
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.mock_environment import MockEnvironment
-from batchrl.tools.wrappers import ExternalProcess, WorkerError, standard_wrappers
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.environments.wrappers import ExternalProcess, WorkerError, standard_wrappers
 
 # Environments defined here are sent to workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

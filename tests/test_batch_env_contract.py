@@ -9,10 +9,10 @@ import pytest
 from gymnasium import spaces
 
 from batchrl import configs, environments
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.envpool_env import EnvPoolBatchEnv
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-from batchrl.tools.ray_env import RayBatchEnv
+from batchrl.environments.envpool import EnvPoolBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.processes import ParallelBatchEnv
+from batchrl.environments.ray.driver import RayBatchEnv
 
 BACKENDS = ["batch_env", "parallel_batch_env", "envpool", "ray"]
 

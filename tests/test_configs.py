@@ -156,6 +156,15 @@ def test_run_config_of_an_older_run_with_env_processes_loads(tmp_path, old_keys,
     assert loaded == config
 
 
+def test_run_config_of_an_older_run_finds_the_test_tasks_where_they_moved(tmp_path):
+    config = configs.load("pendulum_dict")
+    assert config.env.startswith("batchrl.environments.nested_tasks:")
+    path = tmp_path / "config.yaml"
+    old = config.env.replace("batchrl.environments.", "batchrl.tools.")
+    path.write_text(configs.dump({**config, "env": old}))
+    assert configs.read_run_config(path) == config
+
+
 @pytest.mark.parametrize("name", configs.available())
 def test_every_shipped_config_chooses_its_backend_with_env_backend_alone(name):
     from batchrl import environments

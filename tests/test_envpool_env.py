@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from batchrl import configs, environments
-from batchrl.tools import envpool_env
-from batchrl.tools.envpool_env import EnvPoolBatchEnv
+from batchrl.environments import envpool as envpool_env
+from batchrl.environments.envpool import EnvPoolBatchEnv
 
 
 def _twin(task, limit, seed, observ):

@@ -255,7 +255,7 @@ def test_batchrl_simulate_runs_native_envs(env_class, jit_compile):
 def test_configs_select_native_environments():
     assert environments.native_class("batchrl.envs:Pendulum") is Pendulum
     assert environments.native_class("Pendulum-v1") is None
-    assert environments.native_class("batchrl.tools.mock_environment:MockEnvironment") is None
+    assert environments.native_class("batchrl.environments.mock:MockEnvironment") is None
     assert environments.gymnasium_id("batchrl.envs:CartPole") == "CartPole-v1"
     config = configs.load("pendulum_native", {"num_agents": 3, "seed": 7})
     assert environments.episode_limit(config) == 200  # Pendulum-v1's registered limit.

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 from batchrl import build, environments
 from batchrl.scripts.visualize import find_run, restore
-from batchrl.tools.batch_env import BatchEnv
+from batchrl.environments.local import BatchEnv
 logdir, observation, output, *checkpoints = sys.argv[1:]
 observation = tf.constant(np.load(observation))
 actions = {}

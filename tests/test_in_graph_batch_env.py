@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
-from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
 
 
 def _batch(durations, observ_shape=(3,), action_shape=(2,), truncate=False):

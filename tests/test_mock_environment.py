@@ -1,4 +1,4 @@
-"""Tests of batchrl.tools.mock_environment.MockEnvironment."""
+"""Tests of batchrl.environments.mock.MockEnvironment."""
 
 import gymnasium
 import numpy as np
@@ -7,7 +7,7 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchrl.tools.mock_environment import MockEnvironment
+from batchrl.environments.mock import MockEnvironment
 
 
 def run_episode(env, seed=None):

@@ -12,10 +12,10 @@ import tensorflow as tf
 from gymnasium import spaces
 
 from batchrl import spaces as spaces_lib
+from batchrl.environments.nested_tasks import DictPendulum, ReachAndChoose
+from batchrl.environments.processes import ParallelBatchEnv
+from batchrl.environments.wrappers import WorkerError, standard_wrappers
 from batchrl.tools import nested
-from batchrl.tools.nested_tasks import DictPendulum, ReachAndChoose
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-from batchrl.tools.wrappers import WorkerError, standard_wrappers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

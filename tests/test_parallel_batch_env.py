@@ -1,4 +1,4 @@
-"""Tests of batchrl.tools.parallel_batch_env.ParallelBatchEnv."""
+"""Tests of batchrl.environments.processes.ParallelBatchEnv."""
 
 import functools
 import glob
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.mock_environment import MockEnvironment
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-from batchrl.tools.wrappers import WorkerError, standard_wrappers
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.environments.processes import ParallelBatchEnv
+from batchrl.environments.wrappers import WorkerError, standard_wrappers
 
 # Environments defined here are sent to workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -394,9 +394,9 @@ def test_garbage_collection_ends_the_workers():
 _SCRIPT = textwrap.dedent("""
     import functools, os, signal, sys
     import numpy as np
-    from batchrl.tools.mock_environment import MockEnvironment
-    from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-    from batchrl.tools.wrappers import WorkerError
+    from batchrl.environments.mock import MockEnvironment
+    from batchrl.environments.processes import ParallelBatchEnv
+    from batchrl.environments.wrappers import WorkerError
 
     constructor = functools.partial(MockEnvironment, (3,), (1,), 5, 10)
     first = ParallelBatchEnv(constructor, 4, num_workers=2)

@@ -18,7 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import parallel_step_benchmark as benchmark  # noqa: E402
 
 from batchrl import environments  # noqa: E402
-from batchrl.tools.batch_env import BatchEnv  # noqa: E402
+from batchrl.environments.local import BatchEnv  # noqa: E402
 
 
 def test_compute_keeps_the_process_busy_for_the_given_time():

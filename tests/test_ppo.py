@@ -8,12 +8,12 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.ppo import PPO
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.loop import step_function
-from batchrl.tools.mock_environment import MockEnvironment
 from batchrl.tools.simulate import simulate
 
 

@@ -20,10 +20,10 @@ from gymnasium import spaces
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
 from batchrl.networks import NETWORKS
 from batchrl.scripts import events
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.simulate import simulate
 from tests.recording_environment import RecordingEnvironment
 

@@ -35,7 +35,9 @@ def test_exported_names_stay_what_they_are(prelude):
 def test_importing_the_package_does_not_import_tensorflow_or_ray():
     code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers, "
             "batchrl.environments; "
-            "from batchrl.tools import nested, nested_tasks, wrappers, ray_env; "
+            "from batchrl.tools import nested; "
+            "from batchrl.environments import nested_tasks, wrappers, ray; "
+            "from batchrl.environments.ray import driver; "
             "from batchrl import configs; "
             "configs.load('pendulum_trpo'); "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; "

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from batchrl import configs, environments
+from batchrl.environments.processes import ParallelBatchEnv
+from batchrl.environments.ray import driver as ray_env
+from batchrl.environments.wrappers import WorkerError
 from batchrl.scripts import train
-from batchrl.tools import ray_env
 from batchrl.tools.loop import EnvironmentFailed
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-from batchrl.tools.wrappers import WorkerError
 
 pytest.importorskip("ray")  # The extra batchrl[ray].
 
@@ -92,7 +92,7 @@ def test_killed_actor_is_named_and_restarted_while_restarts_last(ray_cluster, ca
     batch_env.reset(seed=3)
     batch_env.step(np.zeros((4, 1)))
     os.kill(batch_env.worker_pids[1], signal.SIGKILL)
-    with caplog.at_level(logging.WARNING, logger="batchrl.tools.ray_env"):
+    with caplog.at_level(logging.WARNING, logger="batchrl.environments.ray.driver"):
         observ, reward, terminated, truncated, _ = batch_env.step(np.zeros((4, 1)))
     assert "envs 2-3 (Pendulum-v1): the Ray actor" in caplog.text
     assert "restart 1 of 1" in caplog.text
@@ -139,7 +139,7 @@ def _config(tmp_path, **overrides):
 
 def test_training_goes_on_after_a_killed_actor_is_restarted(ray_cluster, tmp_path, caplog):
     config = _config(tmp_path, worker_restarts=1)
-    with caplog.at_level(logging.WARNING, logger="batchrl.tools.ray_env"):
+    with caplog.at_level(logging.WARNING, logger="batchrl.environments.ray.driver"):
         _, results = train.train(config, tmp_path / "run", progress=False)
     assert (tmp_path / "killed").exists()  # The fault happened.
     assert caplog.text.count("restarted it as a new Ray actor") == 1

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl.environments.application import ApplicationBatchEnv
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
 from batchrl.scripts.events import read_scalars
-from batchrl.tools.application_batch_env import ApplicationBatchEnv
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
 from batchrl.tools.mock_algorithm import MockAlgorithm
-from batchrl.tools.mock_environment import MockEnvironment
 from batchrl.tools.simulate import act, episode_state, observe, simulate, simulate_steps
 
 

@@ -63,7 +63,7 @@ def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
 
 
 def test_environment_given_as_module_and_class(tmp_path):
-    env = ["--set", "env=batchrl.tools.mock_environment:MockEnvironment",
+    env = ["--set", "env=batchrl.environments.mock:MockEnvironment",
            "--set", "env_kwargs={observ_shape: [2, 3], action_shape: [2], min_duration: 5, "
                     "max_duration: 20}"]
     result = _train("--config=pendulum", f"--logdir={tmp_path}", *TINY, *env)
@@ -73,10 +73,10 @@ def test_environment_given_as_module_and_class(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "env=batchrl.tools.mock_environment:MockEnvironment"],
+    (["--set", "env=batchrl.environments.mock:MockEnvironment"],
      "has no registered time limit: set config key 'max_length'"),
     (["--set", "env=batchrl.tools.nothing:Env"], "cannot import module 'batchrl.tools.nothing'"),
-    (["--set", "env=batchrl.tools.mock_environment:Nothing"], "no class or function 'Nothing'"),
+    (["--set", "env=batchrl.environments.mock:Nothing"], "no class or function 'Nothing'"),
     (["--set", "env_kwargs=[1]"], "'env_kwargs' must be a mapping"),
     (["--config=pendulm"], "unknown config 'pendulm'"),
     (["--set", "num_agnts=4"], "unknown config key 'num_agnts'"),
@@ -223,7 +223,7 @@ def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_p
 def test_environment_constructor_error_is_one_error_line_naming_the_environment(
         tmp_path, capsys, env_backend):
     args = [f"--logdir={tmp_path}", *TINY, "--set", f"env_backend={env_backend}",
-            "--set", "env=batchrl.tools.mock_environment:MockEnvironment",
+            "--set", "env=batchrl.environments.mock:MockEnvironment",
             "--set", "env_kwargs={observ_shape: [2], action_shape: [1], min_duration: 9, "
                      "max_duration: 3}"]
     assert train.main(args) == 1
@@ -232,7 +232,7 @@ def test_environment_constructor_error_is_one_error_line_naming_the_environment(
     assert len(errors) == 1
     assert errors[0].startswith("error: training failed before the first step: cannot "
                                 "create the environments:")
-    assert "env 0 (batchrl.tools.mock_environment:MockEnvironment)" in errors[0]
+    assert "env 0 (batchrl.environments.mock:MockEnvironment)" in errors[0]
 
 
 def test_inter_op_threads_are_set_before_tensorflow_runs():

@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms import A2C, TRPO, a2c, parts, trpo
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
 from batchrl.networks import feed_forward_gaussian
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.in_graph_batch_env import InGraphBatchEnv
-from batchrl.tools.mock_environment import MockEnvironment
 
 LENGTH = np.array([5, 3], np.int32)  # Two episodes padded to 5 steps.
 MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)

@@ -61,8 +61,8 @@ def _replayed_return(run_dir, steps):
     import tensorflow as tf
 
     from batchrl import build, environments
+    from batchrl.environments.local import BatchEnv
     from batchrl.scripts import visualize
-    from batchrl.tools.batch_env import BatchEnv
 
     config, checkpoint = visualize.find_run(run_dir)
     batch_env = BatchEnv([environments.create(config.env, steps)], blocking=True)

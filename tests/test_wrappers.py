@@ -1,4 +1,4 @@
-"""Tests of batchrl.tools.wrappers: ExternalProcess and standard_wrappers."""
+"""Tests of batchrl.environments.wrappers: ExternalProcess and standard_wrappers."""
 
 import functools
 import os
@@ -18,7 +18,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.envs.classic_control import PendulumEnv
 
-from batchrl.tools.wrappers import ExternalProcess, WorkerError, standard_wrappers
+from batchrl.environments.wrappers import ExternalProcess, WorkerError, standard_wrappers
 
 # The environments below are sent to workers by value, so that workers need not import this
 # test module (whatever pytest's import mode).
@@ -260,7 +260,7 @@ def test_worker_does_not_import_tensorflow_or_main(tmp_path):
             import gymnasium
             if __name__ != "__main__":
                 open({str(marker)!r}, "w").close()
-            from batchrl.tools.wrappers import ExternalProcess
+            from batchrl.environments.wrappers import ExternalProcess
             if __name__ == "__main__":
                 env = ExternalProcess(functools.partial(gymnasium.make, "Pendulum-v1"))
                 env.reset(seed=0)

@@ -1,12 +1,6 @@
-"""In-graph native environments: batches of classic-control tasks written in TensorFlow.
+"""The short name of `batchrl.environments.native`, which configs use
+(`env: batchrl.envs:Pendulum`): the in-graph environments."""
 
-Their whole step is made of graph operations, so that a collection step can be compiled
-with XLA (`tf.function(jit_compile=True)`); they duck-type `batchrl.tools.InGraphBatchEnv`
-and work with `batchrl.tools.simulate` and the training loop unchanged.
-"""
-
-from batchrl.envs.base import NativeBatchEnv
-from batchrl.envs.cartpole import CartPole
-from batchrl.envs.pendulum import Pendulum
+from batchrl.environments.native import CartPole, NativeBatchEnv, Pendulum
 
 __all__ = ["CartPole", "NativeBatchEnv", "Pendulum"]

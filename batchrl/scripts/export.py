@@ -43,8 +43,8 @@ def export_run(config, checkpoint, outdir, seed=0):
     from batchrl import build as build_lib
     from batchrl import environments
     from batchrl import export as export_lib
+    from batchrl.environments.local import BatchEnv
     from batchrl.scripts.visualize import restore
-    from batchrl.tools.batch_env import BatchEnv
 
     build_lib.check(config)
     env_id = environments.gymnasium_id(config.env)

@@ -184,9 +184,9 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
 
     from batchrl import build as build_lib
     from batchrl import environments
-    from batchrl.tools.batch_env import BatchEnv
+    from batchrl.environments.local import BatchEnv
+    from batchrl.environments.wrappers import ExternalProcess
     from batchrl.tools.simulate import episode_state, simulate
-    from batchrl.tools.wrappers import ExternalProcess
 
     build_lib.check(config)
     limit = environments.episode_limit(config)

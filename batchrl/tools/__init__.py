@@ -1,9 +1,11 @@
-"""Algorithm-agnostic infrastructure: batched environments, the in-graph environment,
-`simulate`, streaming statistics and the training loop.
+"""Algorithm-agnostic infrastructure: `simulate`, the training loop, streaming statistics
+and the mock algorithm. The environments live in `batchrl.environments`; DESIGN.md's names
+of them stay reachable here (`tools.BatchEnv`, `tools.InGraphBatchEnv`,
+`tools.MockEnvironment`, `tools.ExternalProcess`, `tools.wrappers.ExternalProcess`).
 
-Names are imported lazily so that environment worker processes, which unpickle
-constructors that live in this package, never import TensorFlow. An exported name is the
-documented object on every access, also where a submodule has the same name
+Names are imported lazily, so that importing this package imports no TensorFlow. An
+exported name is the documented object on every access, also where a submodule has the
+same name
 (`tools.simulate` is the function; its module is `sys.modules["batchrl.tools.simulate"]`,
 and `from batchrl.tools.simulate import ...` reaches its other names).
 """
@@ -13,12 +15,12 @@ import sys
 import types
 
 _EXPORTS = {
-    "BatchEnv": "batchrl.tools.batch_env",
-    "ExternalProcess": "batchrl.tools.wrappers",
-    "InGraphBatchEnv": "batchrl.tools.in_graph_batch_env",
+    "BatchEnv": "batchrl.environments.local",
+    "ExternalProcess": "batchrl.environments.wrappers",
+    "InGraphBatchEnv": "batchrl.environments.in_graph",
     "Loop": "batchrl.tools.loop",
     "MockAlgorithm": "batchrl.tools.mock_algorithm",
-    "MockEnvironment": "batchrl.tools.mock_environment",
+    "MockEnvironment": "batchrl.environments.mock",
     "StreamingMean": "batchrl.tools.streaming",
     "StreamingNormalize": "batchrl.tools.streaming",
     "simulate": "batchrl.tools.simulate",
@@ -40,7 +42,13 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
+# Modules that moved to `batchrl.environments`, reachable as attributes under their old name.
+_MOVED = {"wrappers": "batchrl.environments.wrappers"}
+
+
 def __getattr__(name):
+    if name in _MOVED:
+        return importlib.import_module(_MOVED[name])
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value

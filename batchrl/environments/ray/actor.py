@@ -2,7 +2,7 @@
 
 Free of TensorFlow and of Ray at import: Ray imports this module in each actor's process.
 The actor answers `build`, `step(actions)` and `reset(local_indices, seed)` (see
-`batchrl.tools.ray_env`); each returns its result or, when an environment failed, a
+`batchrl.environments.ray.driver`); each returns its result or, when an environment failed, a
 `Problem`.
 """
 
@@ -12,7 +12,7 @@ import traceback
 
 import numpy as np
 
-from batchrl.tools.env_group import BAD_SHAPE, RAISED, build_group
+from batchrl.environments.process_group import BAD_SHAPE, RAISED, build_group
 
 __all__ = ["BAD_SHAPE", "RAISED", "EnvGroup", "Problem"]
 

@@ -1,5 +1,5 @@
 """Small Gymnasium tasks with nested spaces, for tests and benchmarks of `Dict` observations
-and actions (`env: batchrl.tools.nested_tasks:NAME`; free of TensorFlow)."""
+and actions (`env: batchrl.environments.nested_tasks:NAME`; free of TensorFlow)."""
 
 import gymnasium as gym
 import numpy as np

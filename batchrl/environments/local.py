@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from batchrl.tools.base_batch_env import BaseBatchEnv
+from batchrl.environments.base import BaseBatchEnv
 
 __all__ = ["BatchEnv"]
 

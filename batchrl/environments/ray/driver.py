@@ -3,7 +3,7 @@
 Free of TensorFlow, and Ray is imported only when a `RayBatchEnv` is built (Ray is the
 optional extra `batchrl[ray]`).
 
-Each actor (`EnvGroup`, in `batchrl.tools.ray_env_group`, which the actors import) hosts a
+Each actor (`EnvGroup`, in `batchrl.environments.ray.actor`, which the actors import) hosts a
 contiguous group of the batch's environments, as a `ParallelBatchEnv` worker does, and
 answers three calls: `build` (construct the environments, describe their spaces),
 `step(actions)` (step each environment of the group once; the result is four NumPy arrays,
@@ -22,12 +22,12 @@ import weakref
 
 import numpy as np
 
-from batchrl.tools import ray_connection
-from batchrl.tools.parallel_batch_env import _describe
-from batchrl.tools.ray_connection import RayUnavailable
-from batchrl.tools.ray_env_group import RAISED, EnvGroup, Problem
-from batchrl.tools.worker_batch_env import WorkerBatchEnv
-from batchrl.tools.wrappers import WorkerError
+from batchrl.environments.processes import _describe
+from batchrl.environments.ray import connection as ray_connection
+from batchrl.environments.ray.actor import RAISED, EnvGroup, Problem
+from batchrl.environments.ray.connection import RayUnavailable
+from batchrl.environments.worker import WorkerBatchEnv
+from batchrl.environments.wrappers import WorkerError
 
 __all__ = ["NotEnoughCPUs", "RayBatchEnv", "RayUnavailable"]
 
@@ -55,7 +55,7 @@ class RayBatchEnv(WorkerBatchEnv):
     `WorkerError` naming the environments it hosted, unless `restarts` allows it to be
     restarted: a new actor then builds its environments and resets them (environment `i`
     with seed `seed + i + B * r` after `reset(seed=seed)`, r the batch's restarts so far),
-    the restart is logged (logger `batchrl.tools.ray_env`, level WARNING) and the call
+    the restart is logged (logger `batchrl.environments.ray.driver`, level WARNING) and the call
     returns normally. The environments of a restarted actor begin new episodes: for the
     step during which it was restarted they return their new first observation, reward 0,
     `terminated` False and `truncated` True, and `interrupted` flags them, so that a caller

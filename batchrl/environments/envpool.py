@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 from gymnasium import spaces
 
-from batchrl.tools.base_batch_env import BaseBatchEnv
+from batchrl.environments.base import BaseBatchEnv
 
 __all__ = ["EnvPoolBatchEnv", "check_task_id", "resolve_options", "task_ids"]
 
@@ -132,7 +132,7 @@ class EnvPoolBatchEnv(BaseBatchEnv):
     - observations are float32 (a `Dict` observation of a DeepMind Control task is
       flattened: its arrays concatenated in key order); a `Box` action space with finite
       bounds is declared as `Box(-1, 1)`, and actions are clipped to it and mapped linearly
-      onto the task's bounds (as `batchrl.tools.wrappers.standard_wrappers` does);
+      onto the task's bounds (as `batchrl.environments.wrappers.standard_wrappers` does);
     - NaN or infinite observations and rewards raise ValueError naming the environment.
 
     EnvPool seeds environment `i` with `seed + i` when it builds the pool; `reset(seed=s)`

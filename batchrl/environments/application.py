@@ -1,6 +1,6 @@
 """The in-graph batch of environments that an application steps itself."""
 
-from batchrl.tools.in_graph_batch_env import BatchVariables
+from batchrl.environments.in_graph import BatchVariables
 
 
 class ApplicationBatchEnv:

@@ -1,7 +1,7 @@
 """`WorkerBatchEnv`: what the batches whose environments live in workers share (no
 TensorFlow)."""
 
-from batchrl.tools.base_batch_env import BaseBatchEnv
+from batchrl.environments.base import BaseBatchEnv
 
 __all__ = ["WorkerBatchEnv"]
 

@@ -11,7 +11,7 @@ Gymnasium environment). Two channels connect the parent to each worker:
 
 1. ExternalProcess's own pipe, for the life cycle: its `step` requests carry the group's
    set-up commands, so start-up, the worker's tracebacks, the report of a dead worker (exit
-   code, signal) and shutdown are ExternalProcess's (see `batchrl.tools.wrappers`):
+   code, signal) and shutdown are ExternalProcess's (see `batchrl.environments.wrappers`):
 
      `(BUILD,)`    build the environments; reply `{"pid": ..., "envs": [(observation_space,
                     action_space, id) per environment]}`, or a problem tuple (below)

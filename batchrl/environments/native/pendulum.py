@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from gymnasium import spaces
 
-from batchrl.envs.base import NativeBatchEnv, compute_once
+from batchrl.environments.native.base import NativeBatchEnv, compute_once
 
 # Constants of Gymnasium's `PendulumEnv` (classic_control/pendulum.py), SI units.
 _MAX_SPEED = 8.0  # rad/s, the angular velocity is clipped to [-8, 8].

@@ -1,5 +1,6 @@
-"""This process's connection to Ray: starting a local Ray or joining a cluster for the batches
-of `batchrl.tools.ray_env`, and ending what they started (imports Ray only when connecting).
+"""This process's connection to Ray: starting a local Ray or joining a cluster for the
+batches of `batchrl.environments.ray.driver`, and ending what they started (imports Ray
+only when connecting).
 """
 
 import contextlib

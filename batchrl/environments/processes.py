@@ -6,7 +6,7 @@ Protocol
 --------
 `ParallelBatchEnv` splits its `B` environments into `W` contiguous groups of nearly equal
 size and starts one `ExternalProcess` worker per group, hosting an `EnvGroup` of
-`batchrl.tools.env_group`; that module describes the two channels between the parent and
+`batchrl.environments.process_group`; that module describes the two channels between the parent and
 each worker and the shared memory they step through.
 
 Why this design (measured on the 2-core machine, `scripts/parallel_step_benchmark.py`):
@@ -35,9 +35,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from batchrl.tools import env_group
-from batchrl.tools.worker_batch_env import WorkerBatchEnv
-from batchrl.tools.wrappers import ExternalProcess, WorkerError
+from batchrl.environments import process_group as env_group
+from batchrl.environments.worker import WorkerBatchEnv
+from batchrl.environments.wrappers import ExternalProcess, WorkerError
 
 __all__ = ["ParallelBatchEnv"]
 

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from gymnasium import spaces
 
-from batchrl.envs.base import NativeBatchEnv, compute_once
+from batchrl.environments.native.base import NativeBatchEnv, compute_once
 
 # Constants of Gymnasium's `CartPoleEnv` (classic_control/cartpole.py), SI units.
 _GRAVITY = 9.8  # m/s^2.

@@ -8,7 +8,7 @@ in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true clas
 `gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
 The config key `env_backend` says where the environments step: `local` (a `BatchEnv` in
 this process), `processes` (a `ParallelBatchEnv` of worker processes), `ray` (a
-`batchrl.tools.ray_env.RayBatchEnv` of Ray actors, which imports Ray when it is built), or
+`batchrl.environments.ray.driver.RayBatchEnv` of Ray actors, which imports Ray when it is built), or
 `envpool`: `env` is then an EnvPool task (`HalfCheetah-v5`, `CheetahRun-v1`), and the whole
 batch is one `EnvPoolBatchEnv`, stepped by `num_workers` C++ threads in this process;
 `env_kwargs` are then the task's EnvPool options, and may give `num_threads` and
@@ -24,14 +24,15 @@ import importlib.util
 
 import gymnasium as gym
 
-from batchrl import configs
-from batchrl.configs import ConfigError
-from batchrl.tools import envpool_env
-from batchrl.tools.batch_env import BatchEnv
-from batchrl.tools.parallel_batch_env import ParallelBatchEnv
-from batchrl.tools.wrappers import standard_wrappers
+from batchrl.environments import envpool as envpool_env
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.processes import ParallelBatchEnv
+from batchrl.environments.wrappers import standard_wrappers
+from batchrl.errors import ConfigError
 
-ENVPOOL_PREFIX = configs.ENVPOOL_PREFIX
+# The old spelling of an EnvPool task, the form a loaded config keeps (configs.ENVPOOL_PREFIX;
+# configs imports nothing of this package, to load fast).
+ENVPOOL_PREFIX = "envpool:"
 
 
 def envpool_task(env):
@@ -272,7 +273,7 @@ def create_batch(config):
 
 
 def _ray_batch(config, constructor):
-    from batchrl.tools import ray_env
+    from batchrl.environments.ray import driver as ray_env
 
     try:
         return ray_env.RayBatchEnv(

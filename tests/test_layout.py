@@ -1,0 +1,55 @@
+"""The package's floors (DESIGN.md, Layout): no import runs back up a floor, and every
+environment lives in `batchrl/environments/`."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "batchrl"
+# The floor of each part of the package (a part: a subpackage, or a module of the front).
+FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "environments": 1, "envs": 1, "optimizers": 2,
+          "algorithms": 3, "scripts": 5}
+FRONT = 4  # configs, networks, build, agent, export, spaces, __init__.
+
+
+def _part(path):
+    relative = path.relative_to(ROOT)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def _floor(part):
+    return FLOORS.get(part, FRONT)
+
+
+def _imported_parts(path):
+    """The parts of batchrl that `path` imports (at any depth of the file)."""
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            pieces = name.split(".")
+            if pieces[0] == "batchrl" and len(pieces) > 1:
+                parts.add(pieces[1])
+    return parts
+
+
+def test_no_import_runs_back_up_a_floor():
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        part = _part(path)
+        for imported in _imported_parts(path) - {part}:
+            if _floor(imported) > _floor(part) and not (
+                    part == "tools" and path.name == "__init__.py"):  # DESIGN's aliases.
+                upward.append(f"{path.relative_to(ROOT)} imports batchrl.{imported}")
+    assert upward == []
+
+
+def test_tools_holds_no_environment():
+    names = {path.stem for path in (ROOT / "tools").glob("*.py")}
+    assert not {name for name in names if "env" in name}, names
+    assert not any("gymnasium.Env" in path.read_text() and "class " in path.read_text()
+                   and "(gymnasium.Env)" in path.read_text()
+                   for path in (ROOT / "tools").glob("*.py"))
