@@ -1,9 +1,9 @@
 """The in-graph batch of environments that an application steps itself."""
 
-from batchrl.environments.in_graph import BatchVariables
+from batchrl.environments.in_graph import BatchVariables, BatchVariablesView
 
 
-class ApplicationBatchEnv:
+class ApplicationBatchEnv(BatchVariablesView):
     """What an algorithm sees of environments stepped by the application (`batchrl.Agent`).
 
     It holds the same variables as `InGraphBatchEnv` — `observ`, `action`, `reward`, `done`
@@ -28,27 +28,8 @@ class ApplicationBatchEnv:
         self._num_envs = int(num_envs)
         self.observation_space = observation_space
         self.action_space = action_space
-        self._variables = BatchVariables(self._num_envs, observation_space, action_space)
+        self._hold(BatchVariables(self._num_envs, observation_space, action_space))
 
     def __len__(self):
         return self._num_envs
 
-    @property
-    def observ(self):
-        return self._variables.observ
-
-    @property
-    def action(self):
-        return self._variables.action
-
-    @property
-    def reward(self):
-        return self._variables.reward
-
-    @property
-    def done(self):
-        return self._variables.done
-
-    @property
-    def terminated(self):
-        return self._variables.terminated

@@ -41,7 +41,38 @@ class BatchVariables:
                                           name="terminated")
 
 
-class InGraphBatchEnv:
+class BatchVariablesView:
+    """The properties `observ`, `action`, `reward`, `done` and `terminated` of an in-graph
+    batch (`InGraphBatchEnv` documents them): the variables of the `BatchVariables` the
+    batch passed to `_hold`, which its methods assign."""
+
+    def _hold(self, variables):
+        self._observ, self._action = variables.observ, variables.action
+        self._reward, self._done = variables.reward, variables.done
+        self._terminated = variables.terminated
+
+    @property
+    def observ(self):
+        return self._observ
+
+    @property
+    def action(self):
+        return self._action
+
+    @property
+    def reward(self):
+        return self._reward
+
+    @property
+    def done(self):
+        return self._done
+
+    @property
+    def terminated(self):
+        return self._terminated
+
+
+class InGraphBatchEnv(BatchVariablesView):
     """Steps and resets a `BatchEnv` from inside a `tf.function`.
 
     The current batch lives in non-trainable variables, all with a leading batch dimension
@@ -81,9 +112,7 @@ class InGraphBatchEnv:
         batch = len(batch_env)
         variables = BatchVariables(batch, batch_env.observation_space, batch_env.action_space)
         self._observ_shape = variables.observ_shape
-        self._observ, self._action = variables.observ, variables.action
-        self._reward, self._done = variables.reward, variables.done
-        self._terminated = variables.terminated
+        self._hold(variables)
         self._interrupted = None
         if getattr(batch_env, "interrupted", None) is not None:
             with tf.name_scope("environment"):
@@ -102,26 +131,6 @@ class InGraphBatchEnv:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._batch_env, name)
-
-    @property
-    def observ(self):
-        return self._observ
-
-    @property
-    def action(self):
-        return self._action
-
-    @property
-    def reward(self):
-        return self._reward
-
-    @property
-    def done(self):
-        return self._done
-
-    @property
-    def terminated(self):
-        return self._terminated
 
     @property
     def interrupted(self):

@@ -1,10 +1,11 @@
 """Shared machinery of the in-graph native environments: variables, time limit, resets."""
 
-import gymnasium as gym
 import tensorflow as tf
 
+from batchrl.environments.in_graph import BatchVariables, BatchVariablesView
 
-class NativeBatchEnv:
+
+class NativeBatchEnv(BatchVariablesView):
     """A batch of environments whose dynamics are TensorFlow graph operations.
 
     Subclasses implement one physical system (`_initial_state`, `_transition`, `_observe`,
@@ -66,27 +67,11 @@ class NativeBatchEnv:
         self.action_space = action_space
         self._num_envs = _positive_int(num_envs, "num_envs")
         self._max_episode_steps = _positive_int(max_episode_steps, "max_episode_steps")
-        observ_shape = tuple(self.observation_space.shape)
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            action_shape, action_dtype = (), tf.int32
-        else:
-            action_shape, action_dtype = tuple(self.action_space.shape), tf.float32
         batch = self._num_envs
         with tf.init_scope():  # Variables are created once, outside of any trace.
             self._random = tf.random.Generator.from_seed(int(seed))
+            self._hold(BatchVariables(batch, observation_space, action_space))
             with tf.name_scope("environment"):
-                self._observ = tf.Variable(
-                    tf.zeros((batch,) + observ_shape, tf.float32), trainable=False,
-                    name="observ")
-                self._action = tf.Variable(
-                    tf.zeros((batch,) + action_shape, action_dtype), trainable=False,
-                    name="action")
-                self._reward = tf.Variable(
-                    tf.zeros([batch], tf.float32), trainable=False, name="reward")
-                self._done = tf.Variable(
-                    tf.ones([batch], tf.bool), trainable=False, name="done")
-                self._terminated = tf.Variable(
-                    tf.zeros([batch], tf.bool), trainable=False, name="terminated")
                 self._state = tf.Variable(
                     tf.zeros([batch, self.state_size], tf.float64), trainable=False,
                     name="state")
@@ -109,26 +94,6 @@ class NativeBatchEnv:
     def max_episode_steps(self):
         """The time limit in steps (int)."""
         return self._max_episode_steps
-
-    @property
-    def observ(self):
-        return self._observ
-
-    @property
-    def action(self):
-        return self._action
-
-    @property
-    def reward(self):
-        return self._reward
-
-    @property
-    def done(self):
-        return self._done
-
-    @property
-    def terminated(self):
-        return self._terminated
 
     @property
     def state(self):
