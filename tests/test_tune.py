@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from batchrl import configs
-from batchrl.scripts import tune
+from batchrl.scripts import search_space, tune
 
 # Writes the training command's eval scores to RUN_DIR/eval event files as `mean_score`
 # (TensorBoard's record format, without importing TensorFlow); trial N scores
@@ -92,10 +92,10 @@ def _states(storage, name="pendulum"):
      ("batchrl.envs:Pendulum", "a,b", True)),
 ])
 def test_every_space_kind_parses(spec, kind, low, high, step, choices):
-    param = tune.parse_spec("key", spec)
+    param = search_space.parse_spec("key", spec)
     assert (param.kind, param.low, param.high, param.step) == (kind, low, high, step)
     assert param.choices == choices
-    assert tune.parse_spec("key", param.describe()) == param  # The canonical form parses.
+    assert search_space.parse_spec("key", param.describe()) == param  # Canonical form parses.
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -112,24 +112,24 @@ def test_every_space_kind_parses(spec, kind, low, high, step, choices):
 ])
 def test_bad_specs_name_the_culprit(spec, message):
     with pytest.raises(configs.ConfigError, match=r"^--search update_epochs=") as error:
-        tune.parse_spec("update_epochs", spec)
+        search_space.parse_spec("update_epochs", spec)
     assert message in str(error.value)
 
 
 def test_space_file_and_search_pairs(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("policy_lr: log:1e-5:1e-3\npolicy_layers: [[64, 64], [32]]\n")
-    params = tune.parse_search(["discount=float:0.9:0.99"], space)
+    params = search_space.parse_search(["discount=float:0.9:0.99"], space)
     assert [(p.key, p.kind) for p in params] == [
         ("policy_lr", "log"), ("policy_layers", "cat"), ("discount", "float")]
     assert params[1].choices == ([64, 64], [32])
     with pytest.raises(configs.ConfigError, match="given twice"):
-        tune.parse_search(["policy_lr=log:1e-4:1e-3"], space)
+        search_space.parse_search(["policy_lr=log:1e-4:1e-3"], space)
     with pytest.raises(configs.ConfigError, match="expects KEY=KIND"):
-        tune.parse_search(["policy_lr"])
+        search_space.parse_search(["policy_lr"])
     space.write_text("policy_lr: log:1e-5\n")
     with pytest.raises(configs.ConfigError, match=r"--space .*space.yaml: policy_lr: "):
-        tune.parse_search([], space)
+        search_space.parse_search([], space)
 
 
 @pytest.mark.parametrize("search, sets, message", [
@@ -148,12 +148,13 @@ def test_space_file_and_search_pairs(tmp_path):
 ])
 def test_validation_against_the_config_system(search, sets, message):
     with pytest.raises(configs.ConfigError) as error:
-        tune.validate("pendulum", sets, tune.parse_search(search))
+        search_space.validate("pendulum", sets, search_space.parse_search(search))
     assert message in str(error.value)
 
 
 def test_validation_returns_the_base_config():
-    base = tune.validate("cartpole", {"steps": 5000}, tune.parse_search(["discount=cat:0.9"]))
+    params = search_space.parse_search(["discount=cat:0.9"])
+    base = search_space.validate("cartpole", {"steps": 5000}, params)
     assert base.steps == 5000 and base.env == "CartPole-v1"
 
 

@@ -40,10 +40,8 @@ trials are compared with, measured in the same study. After every trial OUTPUT/t
 """
 
 import argparse
-import dataclasses
 import datetime
 import json
-import math
 import os
 import pathlib
 import queue
@@ -54,12 +52,12 @@ import sys
 import threading
 
 import optuna
-import ruamel.yaml
 from optuna.trial import TrialState
 
 from batchrl import configs
 from batchrl.scripts import quiet, train
 from batchrl.scripts.events import read_scalars
+from batchrl.scripts.search_space import flow, parse_search, read_yaml, validate
 
 OBJECTIVES = ("mean", "final", "tail", "best")
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -71,143 +69,6 @@ EVAL_DIR, EVAL_TAG = "eval", "mean_score"  # Where the training command writes e
 
 class TrialFailed(Exception):
     """A trial's training process failed, or a signal stopped the trial (marked FAIL)."""
-
-
-_yaml = ruamel.yaml.YAML(typ="safe", pure=True).load  # YAML text -> value.
-_flow = json.dumps  # A value as one line of YAML (JSON is YAML): `[64, 64]`, `null`.
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """One searched config key; `kind` is float, log, int or cat."""
-
-    key: str
-    kind: str
-    low: float = None
-    high: float = None
-    step: float = None
-    choices: tuple = ()
-
-    def suggest(self, trial):
-        """Asks `trial` for a value; returns the config value. Optuna's categorical choices
-        are the plain values as they are, lists and mappings as YAML text."""
-        if self.kind == "cat":
-            labels = [value if value is None or isinstance(value, bool | int | float | str)
-                      else _flow(value) for value in self.choices]
-            return self.choices[labels.index(trial.suggest_categorical(self.key, labels))]
-        if self.kind == "int":
-            return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1)
-        return trial.suggest_float(self.key, self.low, self.high, step=self.step,
-                                   log=self.kind == "log")
-
-    def label(self, value):
-        """The value as Optuna stores it (`suggest`'s inverse), for `enqueue_trial`; raises
-        ConfigError when the value lies outside the space."""
-        if self.kind == "cat":
-            if value not in self.choices:
-                raise configs.ConfigError(
-                    f"{self.key} is {_flow(value)} in the config, not one of {self.describe()}")
-            return value if value is None or isinstance(value, bool | int | float | str) \
-                else _flow(value)
-        if not isinstance(value, int | float) or not self.low <= value <= self.high:
-            raise configs.ConfigError(
-                f"{self.key} is {_flow(value)} in the config, outside {self.describe()}")
-        return value
-
-    def describe(self):
-        """The spec in a canonical form, e.g. `log:1e-05:0.001`, `cat:[64, 64],null`."""
-        if self.kind == "cat":
-            return "cat:" + ",".join(map(_flow, self.choices))
-        ends = [self.low, self.high] + ([self.step] if self.step is not None else [])
-        return ":".join([self.kind, *map(_flow, ends)])
-
-
-def _number(text, kind, where):
-    try:
-        value = int(text) if kind == "int" else float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        expected = "an integer" if kind == "int" else "a finite number"
-        raise configs.ConfigError(f"{where}: {text!r} is not {expected}")
-    return value
-
-
-def parse_spec(key, spec, where=None):
-    """Parses one search space, e.g. `log:1e-5:1e-3` (a list: a `cat` of its items).
-    Raises ConfigError naming `where` (default: `--search KEY=SPEC`) and what is wrong."""
-    where = where or f"--search {key}={spec}"
-    if isinstance(spec, list):
-        spec = "cat:" + ",".join(map(_flow, spec))
-    kind, _, rest = spec.strip().partition(":") if isinstance(spec, str) else ("", "", "")
-    if kind == "cat":
-        try:
-            choices = _yaml(f"[{rest}]") if rest.strip() else []
-        except ruamel.yaml.YAMLError:
-            raise configs.ConfigError(f"{where}: the values are not a YAML flow list") from None
-        if not choices:
-            raise configs.ConfigError(f"{where}: cat needs at least one value")
-        return Param(key, "cat", choices=tuple(choices))
-    if kind not in ("float", "log", "int"):
-        raise configs.ConfigError(
-            f"{where}: unknown kind {kind!r}; kinds: float:LOW:HIGH[:STEP], log:LOW:HIGH, "
-            f"int:LOW:HIGH[:STEP], cat:A,B,...")
-    parts = rest.split(":")
-    if len(parts) not in ((2,) if kind == "log" else (2, 3)):
-        form = "log:LOW:HIGH" if kind == "log" else f"{kind}:LOW:HIGH[:STEP]"
-        raise configs.ConfigError(f"{where}: expected {form}")
-    low, high, *step = (_number(text, kind, where) for text in parts)
-    if low > high or kind == "log" and low <= 0 or step and step[0] <= 0:
-        raise configs.ConfigError(f"{where}: needs LOW <= HIGH" + (
-            ", LOW > 0" if kind == "log" else "") + (", STEP > 0" if step else ""))
-    return Param(key, kind, low, high, step[0] if step else None)
-
-
-def parse_search(pairs, space_file=None):
-    """The `Param`s of `--search KEY=SPEC` strings and a `--space` YAML file; raises
-    ConfigError for a malformed pair, a bad spec or a key given twice."""
-    found = []
-    if space_file:
-        try:
-            data = _yaml(pathlib.Path(space_file).read_text())
-        except (OSError, ruamel.yaml.YAMLError) as error:
-            raise configs.ConfigError(f"--space {space_file}: {error}") from None
-        if not isinstance(data, dict):
-            raise configs.ConfigError(f"--space {space_file}: expected a mapping KEY: SPEC")
-        found += [parse_spec(str(key), spec, f"--space {space_file}: {key}: {spec}")
-                  for key, spec in data.items()]
-    for pair in pairs or ():
-        key, sep, spec = pair.partition("=")
-        if not sep or not key.strip():
-            raise configs.ConfigError(f"--search expects KEY=KIND:..., got {pair!r}")
-        found.append(parse_spec(key.strip(), spec))
-    keys = [param.key for param in found]
-    if len(set(keys)) < len(keys):
-        raise configs.ConfigError(f"a search key is given twice: {', '.join(keys)}")
-    return found
-
-
-def validate(config, sets, params):
-    """Checks the config with `sets` and every searched value with `configs.load`; returns
-    the base `Config` or raises ConfigError naming the culprit."""
-    searched = {param.key for param in params}
-    for key, option in (("seed", "--seeds"), ("steps", "--steps")):
-        if key in searched or key == "seed" and key in sets:
-            raise configs.ConfigError(f"config key {key!r}: give it with {option}")
-    if searched & set(sets):
-        raise configs.ConfigError(f"config keys both searched and --set: {searched & set(sets)}")
-    base = configs.load(config, sets)
-    for param in params:
-        for value in param.choices or (param.low, param.high):
-            try:
-                checked = configs.load(config, {**sets, param.key: value})
-            except configs.ConfigError as error:
-                message = str(error).replace(" in --set", "")
-                raise configs.ConfigError(f"--search {param.key}={param.describe()}: {message}") \
-                    from None
-            if checked.eval_episodes == 0 or base.eval_episodes == 0:
-                raise configs.ConfigError("eval_episodes 0: a trial needs eval scores")
-    return base
 
 
 def seed_objective(series, objective="mean", threshold=None, steps=None):
@@ -271,7 +132,7 @@ class Tuner:
         command = [*self.trainer, f"--config={self.args.config}", f"--logdir={logdir}",
                    "--no-progress", "--set", f"seed={seed}",
                    *[item for key, value in overrides.items()
-                     for item in ("--set", f"{key}={_flow(value)}")]]
+                     for item in ("--set", f"{key}={flow(value)}")]]
         logdir.mkdir(parents=True, exist_ok=True)
         environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
         with self.lock:
@@ -428,7 +289,7 @@ class Tuner:
 
 def _params_text(overrides):
     return ", ".join(f"{key}={value:.4g}" if isinstance(value, float) else
-                     f"{key}={value if isinstance(value, str) else _flow(value)}"
+                     f"{key}={value if isinstance(value, str) else flow(value)}"
                      for key, value in overrides.items())
 
 
@@ -472,7 +333,7 @@ def write_best(study, args, sets, path):
     full = configs.load(args.config, {**sets, **overrides})
     named = (pathlib.Path(args.config) if os.sep in args.config or args.config.endswith(
         (".yaml", ".yml")) else configs.CONFIG_DIR / f"{args.config}.yaml")
-    keys = set(_yaml(named.read_text()) or {}) | set(sets) | set(overrides)
+    keys = set(read_yaml(named.read_text()) or {}) | set(sets) | set(overrides)
     objective = args.objective if args.threshold is None else "threshold"
     header = (f"# Study {study.study_name!r} (batchrl-tune), best trial {best.number}: "
               f"objective {objective} {best.value:.6g}\n# (the mean over seeds; "
