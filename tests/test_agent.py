@@ -1,6 +1,5 @@
 """`batchrl.Agent`: act / observe driven by the test's own loop, save / load, bad input."""
 
-import random
 
 import numpy as np
 import pytest
@@ -9,45 +8,7 @@ from gymnasium import spaces
 
 from batchrl.agent import Agent
 from batchrl.configs import ConfigError
-
-SMALL = {"policy_layers": [16], "value_layers": [16], "update_every": 4, "update_epochs": 2,
-         "max_length": 10}
-OBSERVATION = spaces.Box(-np.inf, np.inf, (3,), np.float32)
-ACTION = spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32))
-
-
-def _agent(num_envs=3, observation_space=OBSERVATION, action_space=ACTION, config=SMALL,
-           **overrides):
-    return Agent.create(dict(config), observation_space, action_space, num_envs=num_envs,
-                        **overrides)
-
-
-class _Feed:
-    """Deterministic observations, rewards and episode ends of `num_envs` environments whose
-    episodes last 3, 4, 5, ... steps (environment i: 3 + i), the last one truncated."""
-
-    def __init__(self, num_envs, observ_shape=(3,), seed=0):
-        self._random = np.random.default_rng(seed)
-        self._shape = observ_shape
-        self._steps = np.zeros(num_envs, int)
-        self._durations = 3 + np.arange(num_envs)
-
-    def observation(self):
-        return self._random.normal(size=(len(self._steps),) + self._shape).astype(np.float32)
-
-    def step(self):
-        self._steps += 1
-        ended = self._steps >= self._durations
-        self._steps[ended] = 0
-        truncated = ended & (np.arange(len(ended)) == len(ended) - 1)
-        reward = self._random.normal(size=len(ended)).astype(np.float32)
-        return reward, ended & ~truncated, truncated
-
-
-def _play(agent, feed, steps):
-    for _ in range(steps):
-        agent.act(feed.observation())
-        agent.observe(*feed.step(), final_observation=feed.observation())
+from tests.agent_fixtures import ACTION, OBSERVATION, SMALL, Feed, make_agent, play
 
 
 def _variables(agent, directory):
@@ -61,8 +22,8 @@ def _variables(agent, directory):
 @pytest.mark.parametrize("observ_shape", [(3,), (2, 3)])
 def test_learns_from_the_application_loop(observ_shape):
     observation_space = spaces.Box(-np.inf, np.inf, observ_shape, np.float32)
-    agent = _agent(observation_space=observation_space)
-    feed = _Feed(3, observ_shape)
+    agent = make_agent(observation_space=observation_space)
+    feed = Feed(3, observ_shape)
     before = [v.numpy().copy() for v in agent._algo.networks.policy.trainable_variables]
     for _ in range(30):
         action = agent.act(feed.observation())
@@ -78,8 +39,8 @@ def test_learns_from_the_application_loop(observ_shape):
 
 
 def test_records_terminated_and_truncated_episodes_as_such():
-    agent = _agent(update_every=50)
-    _play(agent, _Feed(3), 12)
+    agent = make_agent(update_every=50)
+    play(agent, Feed(3), 12)
     memory = agent._algo._memory
     count = int(agent._algo._memory_index.numpy())
     terminated = agent._algo._memory_terminated.numpy()[:count]
@@ -91,9 +52,9 @@ def test_records_terminated_and_truncated_episodes_as_such():
 
 
 def test_deterministic_act_is_repeatable_and_records_nothing(tmp_path):
-    agent = _agent()
-    feed = _Feed(3)
-    _play(agent, feed, 5)
+    agent = make_agent()
+    feed = Feed(3)
+    play(agent, feed, 5)
     agent.reset()  # Ends the training episodes in progress (as the first deterministic act).
     saved = _variables(agent, tmp_path / "before")
     step = agent.step
@@ -114,15 +75,15 @@ def test_save_and_load_continue_exactly(tmp_path, algorithm):
     steps for the value) are saved and restored with the rest."""
     config = {key: value for key, value in SMALL.items()
               if algorithm == "ppo" or key != "update_epochs"}  # A key of PPO only.
-    agent = _agent(seed=3, algorithm=algorithm, config=config)
-    feed = _Feed(3, seed=1)
-    _play(agent, feed, 7)
+    agent = make_agent(seed=3, algorithm=algorithm, config=config)
+    feed = Feed(3, seed=1)
+    play(agent, feed, 7)
     agent.save(tmp_path / "agent")
     loaded = Agent.load(tmp_path / "agent")
     state = np.random.get_state()
     for follower in (agent, loaded):  # The same 15 steps: two updates on each.
         np.random.set_state(state)
-        twin = _Feed(3, seed=2)
+        twin = Feed(3, seed=2)
         actions = []
         for _ in range(15):
             actions.append(follower.act(twin.observation()))
@@ -138,7 +99,7 @@ def test_save_and_load_continue_exactly(tmp_path, algorithm):
 
 
 def test_load_refuses_other_spaces(tmp_path):
-    _agent().save(tmp_path / "agent")
+    make_agent().save(tmp_path / "agent")
     other = spaces.Box(-1.0, 1.0, (4,), np.float32)
     with pytest.raises(ValueError, match="observation_space .* does not match"):
         Agent.load(tmp_path / "agent", observation_space=other)
@@ -147,8 +108,8 @@ def test_load_refuses_other_spaces(tmp_path):
 
 
 def test_discrete_actions():
-    agent = _agent(action_space=spaces.Discrete(3), network="feed_forward_categorical")
-    feed = _Feed(3)
+    agent = make_agent(action_space=spaces.Discrete(3), network="feed_forward_categorical")
+    feed = Feed(3)
     for _ in range(10):
         action = agent.act(feed.observation())
         assert action.dtype == np.int32 and set(action.tolist()) <= {0, 1, 2}
@@ -164,11 +125,11 @@ def test_discrete_actions():
 ])
 def test_bad_calls_name_the_culprit(call, message):
     with pytest.raises((ValueError, RuntimeError), match=message):
-        call(_agent())
+        call(make_agent())
 
 
 def test_act_twice_and_bad_observe_arguments():
-    agent = _agent()
+    agent = make_agent()
     agent.act(np.zeros((3, 3)))
     with pytest.raises(RuntimeError, match="act\\(\\) called again before observe"):
         agent.act(np.zeros((3, 3)))
@@ -179,7 +140,7 @@ def test_act_twice_and_bad_observe_arguments():
 
 
 def test_episode_longer_than_max_length_is_a_clear_error():
-    agent = _agent(max_length=3)
+    agent = make_agent(max_length=3)
     for _ in range(3):
         agent.act(np.zeros((3, 3)))
         agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
@@ -190,16 +151,16 @@ def test_episode_longer_than_max_length_is_a_clear_error():
 
 def test_overrides_are_validated_like_set():
     with pytest.raises(ConfigError, match="unknown config key 'polcy_lr'"):
-        _agent(polcy_lr=1e-3)
+        make_agent(polcy_lr=1e-3)
     with pytest.raises(ConfigError, match="unknown config"):
         Agent.create("no_such_config", OBSERVATION, ACTION, num_envs=2)
     with pytest.raises(ConfigError, match="'network' is 'feed_forward_categorical'.*Discrete"):
-        _agent(network="feed_forward_categorical")
+        make_agent(network="feed_forward_categorical")
 
 
 def test_summaries_go_to_logdir(tmp_path):
-    agent = _agent(logdir=tmp_path, log_every=30)
-    _play(agent, _Feed(3), 40)
+    agent = make_agent(logdir=tmp_path, log_every=30)
+    play(agent, Feed(3), 40)
     agent.close()
     tags = set()
     for event in tf.compat.v1.train.summary_iterator(
@@ -263,17 +224,17 @@ def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, obs
     import subprocess
     import sys
 
-    agent = _agent(num_envs=100, observation_space=observation_space,
+    agent = make_agent(num_envs=100, observation_space=observation_space,
                    action_space=action_space, network=network)
     if observation_space is OBSERVATION:
-        _play(agent, _Feed(100), 6)  # Trains once and moves the observation normalizer.
-        observation = _Feed(100, seed=5).observation()
+        play(agent, Feed(100), 6)  # Trains once and moves the observation normalizer.
+        observation = Feed(100, seed=5).observation()
         inputs = {"observation": observation}
     else:
         random = np.random.default_rng(0)
         for _ in range(6):
             agent.act(_nested_observation(100, random))
-            agent.observe(*_Feed(100).step())
+            agent.observe(*Feed(100).step())
         observation = _nested_observation(100, random)
         inputs = {"observation_" + key: value for key, value in observation.items()}
         inputs["observation_cue"] = inputs["observation_cue"].astype(np.int64)
@@ -305,10 +266,10 @@ def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, obs
 
 
 def test_nested_spaces_act_learn_and_continue_after_load(tmp_path):
-    agent = _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
+    agent = make_agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
                    network="feed_forward_composite")
     random = np.random.default_rng(0)
-    feed = _Feed(3)
+    feed = Feed(3)
     before = [v.numpy().copy() for v in agent._algo.networks.policy.trainable_variables]
     for _ in range(30):
         action = agent.act(_nested_observation(3, random))
@@ -336,7 +297,7 @@ def test_nested_spaces_act_learn_and_continue_after_load(tmp_path):
 
 
 def test_wrong_nested_observations_and_spaces_name_the_leaf():
-    agent = _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
+    agent = make_agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION,
                    network="feed_forward_composite")
     random = np.random.default_rng(0)
     observation = _nested_observation(3, random)
@@ -354,18 +315,18 @@ def test_wrong_nested_observations_and_spaces_name_the_leaf():
         agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
                       final_observation=dict(observation, velocity=np.array([[0], [np.nan], [0]])))
     with pytest.raises(ConfigError, match=r"action\['more'\]\[1\] is Text"):
-        _agent(action_space=spaces.Dict({"more": spaces.Tuple((spaces.Discrete(2),
+        make_agent(action_space=spaces.Dict({"more": spaces.Tuple((spaces.Discrete(2),
                                                                  spaces.Text(3)))}),
                network="feed_forward_composite")
     with pytest.raises(ConfigError, match=r"'network' is 'feed_forward_gaussian'.*Box .*Dict.*"
                                           r"use feed_forward_composite"):
-        _agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION)
+        make_agent(observation_space=NESTED_OBSERVATION, action_space=NESTED_ACTION)
 
 
 def test_discrete_observations_are_one_hot():
-    agent = _agent(observation_space=spaces.Discrete(5), action_space=spaces.Discrete(2),
+    agent = make_agent(observation_space=spaces.Discrete(5), action_space=spaces.Discrete(2),
                    network="feed_forward_categorical")
-    feed = _Feed(3)
+    feed = Feed(3)
     for step in range(10):
         action = agent.act(np.array([0, 4, step % 5]))
         assert set(action.tolist()) <= {0, 1}
@@ -378,239 +339,3 @@ def test_discrete_observations_are_one_hot():
 
 
 # Episodes: resets, deterministic steps amid training, the episode limit (issue 31).
-
-
-def _stored(agent):
-    """The episodes in the algorithm's memory, oldest first: `(rewards, terminated, final
-    observation)` each (the final observation normalized, so raw under
-    `normalize_observ: false`)."""
-    algo = agent._algo
-    count = int(algo._memory_index.numpy())
-    episodes, length = algo._memory.data()
-    rewards = episodes["reward"].numpy()
-    return [(rewards[row, :size], bool(algo._memory_terminated[row]),
-             algo._memory_final[row].numpy())
-            for row, size in enumerate(length.numpy()[:count])]
-
-
-class _Recorder:
-    """Sampled steps of 3 environments with random observations, rewards and final
-    observations, remembered to compare with what the agent stores."""
-
-    def __init__(self, agent, seed=0):
-        self._agent = agent
-        self._random = np.random.default_rng(seed)
-        self.rewards, self.finals = [], []
-
-    def observation(self):
-        return self._random.normal(size=(3, 3)).astype(np.float32)
-
-    def step(self, terminated=(False, False, False)):
-        self._agent.act(self.observation())
-        reward = self._random.normal(size=3).astype(np.float32)
-        final = self.observation()
-        self.rewards.append(reward)
-        self.finals.append(final)
-        return self._agent.observe(reward, np.array(terminated), np.zeros(3, bool),
-                                   final_observation=final)
-
-    def episode(self, env, first, last, terminated):
-        """The expected stored episode of environment `env`: steps `first` to `last`
-        (inclusive, counted from 0)."""
-        rewards = np.array([reward[env] for reward in self.rewards[first:last + 1]])
-        return rewards, terminated, self.finals[last][env]
-
-
-def _assert_stored(agent, expected):
-    stored = _stored(agent)
-    assert len(stored) == len(expected), [len(rewards) for rewards, _, _ in stored]
-    for index, (ours, theirs) in enumerate(zip(stored, expected, strict=True)):
-        np.testing.assert_array_equal(ours[0], theirs[0], err_msg=f"rewards of {index}")
-        assert ours[1] == theirs[1], f"terminated of episode {index}"
-        np.testing.assert_array_equal(ours[2], theirs[2], err_msg=f"final of {index}")
-
-
-def test_deterministic_steps_end_the_training_episodes_in_progress():
-    """30 deterministic steps in the middle of the training episodes (the application then
-    resets its environments) and sampled steps again: the stored episodes end where the
-    deterministic steps began, as truncated (bootstrapped from the last final observation),
-    and the next ones begin after them; no stored episode holds a step of both sides."""
-    agent = _agent(update_every=20, max_length=50, normalize_observ=False)
-    recorder = _Recorder(agent)
-    for _ in range(5):
-        recorder.step()
-    for _ in range(30):
-        agent.act(recorder.observation(), deterministic=True)
-        agent.observe(np.ones(3), np.zeros(3, bool), np.zeros(3, bool))
-    for _ in range(3):
-        recorder.step()
-    recorder.step(terminated=(True, True, True))
-    _assert_stored(agent, [recorder.episode(env, 0, 4, False) for env in range(3)]
-                   + [recorder.episode(env, 5, 8, True) for env in range(3)])
-
-
-def test_reset_ends_the_training_episodes_of_the_given_environments():
-    agent = _agent(update_every=20, max_length=50, normalize_observ=False)
-    recorder = _Recorder(agent)
-    for _ in range(4):
-        recorder.step()
-    agent.reset([1])
-    _assert_stored(agent, [recorder.episode(1, 0, 3, False)])
-    recorder.step()
-    recorder.step(terminated=(True, True, True))
-    expected = [recorder.episode(1, 0, 3, False), recorder.episode(0, 0, 5, True),
-                recorder.episode(1, 4, 5, True), recorder.episode(2, 0, 5, True)]
-    _assert_stored(agent, expected)
-    agent.reset()  # No episode in progress: nothing to store.
-    _assert_stored(agent, expected)
-    with pytest.raises(ValueError, match=r"indices \[3\] outside \[0, 3\)"):
-        agent.reset([3])
-    with pytest.raises(ValueError, match=r"indices \[0\] given twice"):
-        agent.reset([0, 0])
-    agent.act(recorder.observation())
-    with pytest.raises(RuntimeError, match=r"reset\(\) between act\(\) and observe\(\)"):
-        agent.reset()
-
-
-def test_the_episode_limit_is_max_length_never_the_configs_env():
-    """Without `max_length` the Agent refuses, whatever the config's `env` (the default
-    config's Pendulum-v1 has 200 steps, cartpole's CartPole-v1 500): the application's
-    environments are not the config's."""
-    config = {key: value for key, value in SMALL.items() if key != "max_length"}
-    message = r"^batchrl.Agent needs config key 'max_length'"
-    with pytest.raises(ConfigError, match=message):
-        Agent.create(config, OBSERVATION, ACTION, num_envs=2)
-    with pytest.raises(ConfigError, match=message):
-        Agent.create("cartpole", OBSERVATION, spaces.Discrete(2), num_envs=2)
-    agent = Agent.create(config, OBSERVATION, ACTION, num_envs=3, max_length=7)
-    for _ in range(7):
-        agent.act(np.zeros((3, 3)))
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
-    agent.act(np.zeros((3, 3)))
-    with pytest.raises(ValueError, match=r"passed max_length=7 steps"):
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
-
-
-def test_an_episode_past_max_length_is_dropped_and_the_agent_goes_on():
-    """Environment 0 runs past max_length=3 at step 4: the error names it, its episode is
-    dropped, the step of the others is recorded, and act / observe go on; environment 0's
-    next episode begins at the next act."""
-    agent = _agent(update_every=20, max_length=3, normalize_observ=False)
-    recorder = _Recorder(agent)
-    never, one, two = (False, False, False), (False, True, False), (False, False, True)
-    for terminated in (never, one, two):
-        recorder.step(terminated)
-    step = agent.step
-    with pytest.raises(ValueError, match=r"environments \[0\] passed max_length=3 steps") as error:
-        recorder.step(one)
-    recorder.step(never)
-    done = recorder.step((True, True, True))
-    assert done.tolist() == [True, True, True]
-    assert agent.step == step + 3 * 3  # The step of the error counts.
-    _assert_stored(agent, [
-        recorder.episode(1, 0, 1, True), recorder.episode(2, 0, 2, True),
-        recorder.episode(1, 2, 3, True), recorder.episode(0, 4, 5, True),
-        recorder.episode(1, 4, 5, True), recorder.episode(2, 3, 5, True)])
-    assert "were dropped" in str(error.value)
-
-
-def test_create_and_load_leave_the_process_random_generators_and_eager_mode_alone(tmp_path):
-    """Python's, NumPy's and TensorFlow's global generators draw on as if no Agent had been
-    created or loaded; the weights still follow from `seed` alone; `eager` switches only
-    the Agent's own calls."""
-
-    def seed_all():
-        random.seed(123)
-        np.random.seed(123)
-        tf.random.set_seed(123)
-
-    def draws():
-        return random.random(), float(np.random.random()), float(tf.random.uniform([]))
-
-    seed_all()
-    draws()
-    expected = draws()
-    seed_all()
-    draws()
-    agent = _agent(seed=4)
-    assert draws() == expected
-    agent.save(tmp_path / "agent")
-    seed_all()
-    draws()
-    Agent.load(tmp_path / "agent")
-    assert draws() == expected
-
-    random.seed(7)  # Another state of the global generators: the same weights.
-    twin = _agent(seed=4)
-    for ours, theirs in zip(agent._algo.networks.policy.weights,
-                            twin._algo.networks.policy.weights, strict=True):
-        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
-    other = _agent(seed=5)
-    assert not np.array_equal(agent._algo.networks.policy.weights[0].numpy(),
-                              other._algo.networks.policy.weights[0].numpy())
-
-    assert not tf.config.functions_run_eagerly()
-    eager = _agent(eager=True)
-    _play(eager, _Feed(3), 2)
-    assert not tf.config.functions_run_eagerly()
-    assert eager._act_sampled.experimental_get_tracing_count() == 0  # Ran eagerly.
-    tf.config.run_functions_eagerly(True)
-    try:
-        traced = _agent()
-        _play(traced, _Feed(3), 2)
-        assert tf.config.functions_run_eagerly()
-        assert traced._act_sampled.experimental_get_tracing_count() == 1
-    finally:
-        tf.config.run_functions_eagerly(False)
-
-
-def _hand_run(agent, observation, state):
-    """The mean action of the agent's policy network for `observation` from the recurrent
-    `state`, mapped to ACTION's bounds with NumPy, and the next state."""
-    algo = agent._algo
-    normalized = algo._observ_filter.transform(observation)
-    params, state = algo.networks.policy(normalized[:, None], tf.constant(state))
-    mean = np.clip(params["mean"].numpy()[:, 0], -1.0, 1.0)
-    return ACTION.low + (mean + 1.0) / 2.0 * (ACTION.high - ACTION.low), state.numpy()
-
-
-def test_recurrent_deterministic_state_over_steps_resets_and_load(tmp_path):
-    """The deterministic actions of a recurrent agent equal a hand-run of its policy network
-    whose state starts at zero, is carried from step to step (and over sampled steps in
-    between), and is zeroed where an episode ends in `observe`, by `reset(indices)`, and
-    by `reset()` before a second evaluation; `save` / `load` carry it over."""
-    agent = _agent(network="recurrent_gaussian", update_every=50)
-    _play(agent, _Feed(3), 4)  # Moves the observation normalizer off the identity.
-    rng = np.random.default_rng(1)
-    state = np.zeros((3, agent._algo.state_size), np.float32)
-    assert state.shape[1] > 0
-
-    def evaluate(terminated=(False, False, False)):
-        nonlocal state
-        observation = rng.normal(size=(3, 3)).astype(np.float32)
-        action = agent.act(observation, deterministic=True)
-        expected, state = _hand_run(agent, observation, state)
-        np.testing.assert_allclose(action, expected, atol=1e-5)
-        agent.observe(np.zeros(3), np.array(terminated), np.zeros(3, bool))
-        state[np.array(terminated)] = 0.0
-
-    for _ in range(3):
-        evaluate()
-    evaluate((False, True, False))  # Environment 1's episode ends.
-    evaluate()
-    _play(agent, _Feed(3, seed=3), 2)  # Sampled steps leave the deterministic state alone.
-    evaluate()
-    agent.reset([2])
-    state[2] = 0.0
-    evaluate()
-    evaluate()
-    agent.reset()  # A second evaluation begins from the zero state everywhere.
-    state[:] = 0.0
-    evaluate()
-    evaluate()
-    agent.save(tmp_path / "agent")
-    loaded = Agent.load(tmp_path / "agent")
-    observation = rng.normal(size=(3, 3)).astype(np.float32)
-    expected, _ = _hand_run(agent, observation, state)
-    np.testing.assert_allclose(loaded.act(observation, deterministic=True), expected, atol=1e-5)
-    np.testing.assert_allclose(agent.act(observation, deterministic=True), expected, atol=1e-5)
