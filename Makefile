@@ -41,10 +41,10 @@ test: install
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 bench: install
-	$(PY) scripts/throughput_benchmark.py
+	$(PY) -m benchmarks.throughput
 
 lint: install
-	$(PY) -m ruff check batchrl scripts tests
+	$(PY) -m ruff check batchrl benchmarks examples tests
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

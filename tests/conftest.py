@@ -33,15 +33,15 @@ def pytest_configure(config):
 def ray_cluster():
     """A Ray cluster of two nodes on this machine (two CPUs each; `ray.cluster_utils`), this
     process connected to it, shut down at the end of the test module (its idle processes
-    would take CPU from the other modules' tests). Its processes see
-    scripts/ on PYTHONPATH, so actors can build `fault_envs` environments. Skips without
+    would take CPU from the other modules' tests). Its processes see the repository on
+    PYTHONPATH, so actors can build `benchmarks.faults.envs` environments. Skips without
     Ray (`pip install 'batchrl[ray]'`)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    scripts = str(pathlib.Path(__file__).resolve().parents[1] / "scripts")
+    root = str(pathlib.Path(__file__).resolve().parents[1])
     previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [scripts, previous]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, previous]))
     try:
         node = {"num_cpus": 2, "object_store_memory": 100 * 2**20}
         cluster = Cluster(initialize_head=True,

@@ -1,11 +1,11 @@
-"""The `batchrl.Agent` example of docs/agent.md is `scripts/agent_cartpole.py`, and it runs."""
+"""The `batchrl.Agent` example of docs/agent.md is `examples/agent_cartpole.py`, and it runs."""
 
 import pathlib
 import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "agent_cartpole.py"
+SCRIPT = ROOT / "examples" / "agent_cartpole.py"
 
 
 def test_docs_show_the_example_script():

@@ -11,7 +11,7 @@ README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs").glob("*/*.md"))
 # Programs whose full text a page shows and a test runs: tests/test_agent_example.py runs the
 # first, tests/test_reinforce_example.py trains with the second.
-TESTED_SCRIPTS = [ROOT / "scripts" / "agent_cartpole.py", ROOT / "scripts" / "reinforce.py"]
+TESTED_SCRIPTS = [ROOT / "examples" / "agent_cartpole.py", ROOT / "examples" / "reinforce.py"]
 
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")

@@ -2,13 +2,9 @@
 its first checkpoint and resumed; the trainer SIGKILLed inside a checkpoint write and
 resumed; an environment whose `reset` raises mid-run; and on the EnvPool backend NaN
 actions, an action outside the action space and `env_kwargs` EnvPool cannot take
-(scripts/fault_injection.py does 20 random trials)."""
+(`python -m benchmarks.faults` does 20 random trials)."""
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import fault_injection  # noqa: E402
+from benchmarks.faults import injection as fault_injection
 
 TOTALS = ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
           "lost more than one checkpoint interval: 0", "unexpected outcome: 0")

@@ -3,7 +3,7 @@ an in-graph task compiled with XLA must end far above a random policy's return.
 
 Random policies score about -1,200 on Pendulum and 22 on CartPole; each threshold is far
 above that and well below what the run reaches (docs/results.md has the full runs).
-Longer learning runs belong to `scripts/learning_benchmark.py`, not here.
+Longer learning runs belong to `batchrl-benchmark`, not here.
 """
 
 import pathlib
@@ -18,7 +18,7 @@ from batchrl.scripts import train
 from batchrl.scripts.events import read_scalars
 from batchrl.scripts.visualize import find_run, restore
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 NATIVE_PENDULUM = ["env=batchrl.envs:Pendulum", "jit_step=true", "steps_per_call=200"]
 NATIVE_CARTPOLE = ["env=batchrl.envs:CartPole", "jit_step=true", "steps_per_call=100"]
 
@@ -57,9 +57,9 @@ def test_a2c_learns_cartpole(tmp_path):
 
 def test_reinforce_of_build_algorithm_learns_cartpole(tmp_path, monkeypatch):
     # docs/algorithms.md's example algorithm: about 400 at 20k steps.
-    monkeypatch.syspath_prepend(str(SCRIPTS))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.delitem(sys.modules, "reinforce", raising=False)
-    _, score = _final_eval(tmp_path, SCRIPTS / "reinforce.yaml", NATIVE_CARTPOLE + [
+    _, score = _final_eval(tmp_path, EXAMPLES / "reinforce.yaml", NATIVE_CARTPOLE + [
         "steps=20000", "eval_every=10000"])
     assert score >= 150
 

@@ -1,14 +1,10 @@
-"""scripts/ray_benchmark.py: its model of scaling out, and its sections of the docs (no Ray
-and no measurement here)."""
-
-import pathlib
-import sys
+"""`python -m benchmarks.ray_scaling`: its model of scaling out, its sections of the docs, and
+its stepping calls on in-process environments (no Ray and no measurement here)."""
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import ray_benchmark  # noqa: E402
-import throughput_report  # noqa: E402
+from benchmarks import ray_scaling as ray_benchmark
+from benchmarks.throughput import report as throughput_report
 
 # Per-step costs in seconds, as `measure` stores them: Ray per batch step by actors (wall,
 # this process's CPU) with a 50 us slope; the learner 1 ms + 2 us per environment.
@@ -57,3 +53,31 @@ def test_sections_are_rewritten_and_kept_by_the_throughput_report(tmp_path, monk
     text = scaling.read_text()
     assert text.startswith("# Scaling\n\nHand-written.\n")
     assert text.count("<!-- ray-scaling -->") == 1 and "| 64 | 2,048 |" in text
+
+
+def test_raw_call_steps_the_batch_and_resets_the_ended_episodes(monkeypatch):
+    """Episodes of 5 steps: 12 batch steps of 2 environments end two episodes in each."""
+    from batchrl import environments
+    from batchrl.environments.local import BatchEnv
+
+    batch_env = BatchEnv([environments.create("Pendulum-v1", 5) for _ in range(2)],
+                         blocking=True)
+    resets = []
+    reset = batch_env.reset
+
+    def recorded(indices=None, seed=None):
+        resets.append((None if indices is None else list(indices), seed))
+        return reset(indices, seed)
+
+    monkeypatch.setattr(batch_env, "reset", recorded)
+    try:
+        call = ray_benchmark._raw_call(batch_env)
+        assert [call() for _ in range(12)] == [2] * 12
+    finally:
+        batch_env.close()
+    assert resets == [(None, 0), ([0, 1], None), ([0, 1], None)]
+
+
+def test_single_environment_cost_is_seconds_per_step():
+    seconds = ray_benchmark.measure_single("Pendulum-v1", 0.02)
+    assert isinstance(seconds, float) and seconds > 0

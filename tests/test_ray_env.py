@@ -25,9 +25,9 @@ from batchrl.tools.loop import EnvironmentFailed
 pytest.importorskip("ray")  # The extra batchrl[ray].
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # The cluster's processes have it on PYTHONPATH.
 PENDULUM = functools.partial(environments.create, "Pendulum-v1", None)
-FAULTY = "fault_envs:FaultyPendulum"  # scripts/fault_envs.py, on the cluster's PYTHONPATH.
+# benchmarks/faults/envs.py; the cluster's processes have the repository on PYTHONPATH.
+FAULTY = "benchmarks.faults.envs:FaultyPendulum"
 
 
 def faulty(fault, after):
@@ -152,8 +152,9 @@ def test_training_goes_on_after_a_killed_actor_is_restarted(ray_cluster, tmp_pat
 def test_killed_actor_without_restarts_ends_training_with_the_error(ray_cluster, tmp_path):
     config = _config(tmp_path, worker_restarts=0)
     with pytest.raises(EnvironmentFailed, match=r"^at step [\d,]+: envs [02]-[13] "
-                                                r"\(fault_envs:FaultyPendulum\): the Ray actor "
-                                                r"\(pid \d+ on node [\d.]+\) died"):
+                                                r"\(benchmarks\.faults\.envs:FaultyPendulum\): "
+                                                r"the Ray actor \(pid \d+ on node [\d.]+\) "
+                                                r"died"):
         train.train(config, tmp_path / "run", progress=False)
 
 

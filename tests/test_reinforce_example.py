@@ -1,4 +1,4 @@
-"""The "Write your own algorithm" listing of docs/algorithms.md is `scripts/reinforce.py`, and
+"""The "Write your own algorithm" listing of docs/algorithms.md is `examples/reinforce.py`, and
 it trains through `train`."""
 
 import pathlib
@@ -10,7 +10,7 @@ import pytest
 from batchrl.scripts.events import read_scalars
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "reinforce.py"
+SCRIPT = ROOT / "examples" / "reinforce.py"
 
 
 def test_docs_show_the_example_script():
@@ -29,7 +29,7 @@ def test_the_algorithm_is_at_most_40_lines_of_functions():
 def test_the_script_trains_cartpole_through_train(tmp_path, monkeypatch, capsys):
     """Run as a program (in this process, so that TensorFlow starts once): two short train
     phases with an update each, the loss summarized, checkpoints written."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # As `python scripts/reinforce.py`.
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # As `python examples/reinforce.py`.
     sets = ["steps=600", "eval_every=300", "eval_episodes=2", "num_agents=4",
             "update_every=4", "max_length=100"]
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), f"--logdir={tmp_path}", "--no-progress",

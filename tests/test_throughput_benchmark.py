@@ -1,4 +1,4 @@
-"""scripts/throughput_benchmark.py (and its modules, scripts/throughput_*.py) in quick mode
+"""`python -m benchmarks.throughput` (its parts, benchmarks/throughput/*.py) in quick mode
 on Pendulum (Gymnasium's, the in-graph one and EnvPool's) with 2 environments.
 
 No timing assertions (the machine may be busy): every measurement runs, reports a positive
@@ -8,17 +8,12 @@ rate, closes its worker processes, and the JSON and Markdown reports hold every 
 import json
 import multiprocessing
 import os
-import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import throughput_baselines as baselines  # noqa: E402
-import throughput_benchmark as benchmark  # noqa: E402
-import throughput_report as report_lib  # noqa: E402
-import throughput_settings as settings  # noqa: E402
-import throughput_simulate as simulate  # noqa: E402
+from benchmarks.throughput import baselines, settings, simulate
+from benchmarks.throughput import command as benchmark
+from benchmarks.throughput import report as report_lib
 
 ENV = "Pendulum-v1"
 NATIVE = "batchrl.envs:Pendulum"
@@ -78,6 +73,7 @@ def test_report_holds_machine_command_and_every_row(quick_run):
     assert machine["cpu_count"] >= 1
     assert machine["python"] and machine["tensorflow"]
     assert report["date"] and "--quick" in report["command"]
+    assert " -m benchmarks.throughput --quick " in report["command"]
     assert report["settings"]["quick"] is True
     assert report["core_limit"][ENV] > 0
     assert report["command"] in text and report["date"] in text

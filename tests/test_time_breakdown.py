@@ -1,18 +1,13 @@
-"""scripts/time_breakdown.py, scripts/update_benchmark.py and the docs/performance.md
-section they share with scripts/throughput_benchmark.py (its report:
-scripts/throughput_report.py)."""
-
-import pathlib
-import sys
+"""`python -m benchmarks.throughput breakdown` (benchmarks/throughput/breakdown.py) and the
+docs/performance.md section it shares with the rest of the throughput suite (its report:
+benchmarks/throughput/report.py)."""
 
 import pytest
 
 from batchrl import configs
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import throughput_report  # noqa: E402
-import time_breakdown  # noqa: E402
-import update_benchmark  # noqa: E402
+from benchmarks.throughput import __main__ as throughput
+from benchmarks.throughput import breakdown as time_breakdown
+from benchmarks.throughput import report as throughput_report
 
 
 def _call(seconds, count, log=False, updated=False):
@@ -68,18 +63,11 @@ def test_section_is_replaced_and_kept_by_the_throughput_report(tmp_path, monkeyp
     assert "### before" not in text and text.count(time_breakdown.BEGIN) == 1
 
 
-def test_update_benchmark_times_the_update_of_each_variant(capsys):
-    """Two variants of a tiny pendulum agent: both report an update of 2 epochs x 1
-    full-batch step, timed."""
-    assert update_benchmark.parse_variant(" a=1  b=2 ") == ["a=1", "b=2"]
-    code = update_benchmark.main([
-        "--config", "pendulum", "--set", "num_agents=2", "--set", "update_every=2",
-        "--set", "update_epochs=2", "--set", "batch_size=null", "--set",
-        "policy_layers=[8]", "--set", "value_layers=[8]", "--repeats", "1",
-        "--variant", "update_epochs=2", "--variant", "update_epochs=3"])
-    assert code == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()
-            if line.startswith("update_epochs=")]
-    assert [row[4] for row in rows] == ["2", "3"]  # Adam steps per update.
-    assert float(rows[0][5]) == 1.0 and float(rows[1][2]) > 0
-    assert update_benchmark.main(["--variant", "no_such_key=1"]) == 2
+
+def test_breakdown_is_a_part_of_the_throughput_program(capsys):
+    """`python -m benchmarks.throughput breakdown --help` reaches the breakdown's options."""
+    with pytest.raises(SystemExit) as exit_info:
+        throughput.main(["breakdown", "--help"])
+    assert exit_info.value.code == 0
+    output = capsys.readouterr().out
+    assert "benchmarks.throughput breakdown" in output and "--report-only" in output

@@ -1,6 +1,6 @@
 """Trains CartPole with batchrl.Agent from the application's own loop (8 Gymnasium envs).
 
-Usage: agent_cartpole.py [STEPS [SEED]]; stops once the eval return reaches 475.
+Usage: python examples/agent_cartpole.py [STEPS [SEED]]; stops once the eval return reaches 475.
 """
 import sys
 

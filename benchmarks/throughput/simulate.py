@@ -12,10 +12,9 @@ import sys
 import tempfile
 import time
 
-import throughput_baselines as baselines
-from throughput_settings import CONFIG_NAMES, LEARNING_CONFIG, LEARNING_THRESHOLD
-
 from batchrl import configs, environments
+from benchmarks.throughput import baselines
+from benchmarks.throughput.settings import CONFIG_NAMES, LEARNING_CONFIG, LEARNING_THRESHOLD
 
 
 def config_name(env_id):
@@ -29,18 +28,21 @@ def config_name(env_id):
     return "default"
 
 
-def _step_function(batch_env, algo, steps_per_call, writer=None, step=None,
-                   jit_compile=False):
-    """The training loop's step function (`batchrl.tools.loop.step_function`)."""
+def loop_step_function(batch_env, algo, steps_per_call, writer=None, step=None,
+                       jit_compile=False):
+    """The training loop's step function (`batchrl.tools.loop.step_function`, imported
+    here: it imports TensorFlow) of `algo` over the in-graph `batch_env`, `steps_per_call`
+    batch steps a call; `writer`, `step` and `jit_compile` as there."""
     from batchrl.tools.loop import step_function
 
     return step_function(batch_env, algo, steps_per_call, writer, step,
                          jit_compile=jit_compile)
 
 
-def _simulate_call(function, batch, steps_per_call):
-    """A `_run_timed` call: one full step function call without logging or forced reset;
-    returns the environment steps it took."""
+def simulate_call(function, batch, steps_per_call):
+    """A `run_timed` call: one full call of `function` (a `loop_step_function`) without
+    logging or forced reset, waited for; returns the environment steps it took (int:
+    `batch` environments times `steps_per_call`)."""
     import tensorflow as tf
 
     false, count = tf.constant(False), tf.constant(steps_per_call)
@@ -79,7 +81,7 @@ def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, 
     else:
         kind = "simulate_mock" if steps_per_call == 1 else "simulate_mock_loop"
     with _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call) as (call, setup):
-        steps, elapsed, calls = baselines._run_timed(call, seconds, warmup)
+        steps, elapsed, calls = baselines.run_timed(call, seconds, warmup)
     return baselines.Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
 
 
@@ -93,13 +95,13 @@ def _simulate_mock_stepper(env_id, num_envs, processes, steps_per_call):
 
     native = environments.native_class(env_id) is not None
     config = baselines.env_config(env_id, num_envs, processes)
-    with baselines._batch_env(config) as (batch_env, setup):
+    with baselines.open_batch_env(config) as (batch_env, setup):
         start = time.perf_counter()
         in_graph = batch_env if native else InGraphBatchEnv(batch_env)
-        function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0), steps_per_call,
+        function = loop_step_function(in_graph, MockAlgorithm(in_graph, seed=0), steps_per_call,
                                   jit_compile=native)
         setup += time.perf_counter() - start
-        yield _simulate_call(function, num_envs, steps_per_call), setup
+        yield simulate_call(function, num_envs, steps_per_call), setup
 
 
 def _in_process(env_id):
@@ -137,15 +139,15 @@ def measure_ppo_inference(env_id, num_envs, steps_per_call, seconds, warmup, ove
       `Measurement` of kind `ppo_inference`, in environment steps per second.
     """
     config, build_lib = _agent_config(env_id, num_envs, overrides)
-    with baselines._batch_env(config) as (batch_env, setup):
+    with baselines.open_batch_env(config) as (batch_env, setup):
         start = time.perf_counter()
         agent = build_lib.build(config, batch_env)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
-        function = _step_function(agent.batch_env, agent.algo, steps_per_call)
+        function = loop_step_function(agent.batch_env, agent.algo, steps_per_call)
         setup += time.perf_counter() - start
-        steps, elapsed, calls = baselines._run_timed(
-            _simulate_call(function, num_envs, steps_per_call), seconds, warmup)
+        steps, elapsed, calls = baselines.run_timed(
+            simulate_call(function, num_envs, steps_per_call), seconds, warmup)
     return baselines.Measurement("ppo_inference", env_id, num_envs, steps, elapsed, calls, setup)
 
 
@@ -179,19 +181,19 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
     import tensorflow as tf
 
     config, build_lib = _agent_config(env_id, num_envs, overrides)
-    with (baselines._batch_env(config) as (batch_env, setup),
+    with (baselines.open_batch_env(config) as (batch_env, setup),
           tempfile.TemporaryDirectory(prefix="batchrl-bench-") as logdir):
         start = time.perf_counter()
         agent = build_lib.build(config, batch_env)
         writer = tf.summary.create_file_writer(logdir)
-        function = _step_function(agent.batch_env, agent.algo, steps_per_call, writer,
+        function = loop_step_function(agent.batch_env, agent.algo, steps_per_call, writer,
                                   agent.step)
         iterations = agent.algo.checkpoint_state["policy_optimizer"].iterations
         setup += time.perf_counter() - start
         # Warm-up with learning off: traces, and leaves the memory empty.
         agent.is_training.assign(False)
         agent.should_log.assign(False)
-        baselines._warm_up(_simulate_call(function, num_envs, steps_per_call), warmup)
+        baselines.warm_up(simulate_call(function, num_envs, steps_per_call), warmup)
         agent.is_training.assign(True)
         agent.should_log.assign(True)
         true, false = tf.constant(True), tf.constant(False)
@@ -282,11 +284,11 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
 def _stepper(kind, env_id, num_envs, steps_per_call):
     """The context manager that yields `(call, setup_seconds)` for `kind`."""
     if kind == "single_env":
-        return baselines._single_env_stepper(env_id)
+        return baselines.single_env_stepper(env_id)
     if kind == "single_env_per_core":
-        return baselines._single_env_per_core_stepper(env_id)
+        return baselines.single_env_per_core_stepper(env_id)
     if kind in ("batch_env", "batch_env_processes", "parallel_batch_env"):
-        return baselines._batch_env_stepper(env_id, num_envs, kind)
+        return baselines.batch_env_stepper(env_id, num_envs, kind)
     if kind in ("simulate_mock_loop", "simulate_mock_processes"):
         return _simulate_mock_stepper(env_id, num_envs, kind == "simulate_mock_processes",
                                       steps_per_call)
@@ -319,15 +321,15 @@ def measure_paired(env_id, num_envs, kind, baseline, steps_per_call, seconds, wa
     """
     with (_stepper(kind, env_id, num_envs, steps_per_call) as (call, setup),
           _stepper(baseline, env_id, num_envs, steps_per_call) as (base_call, base_setup)):
-        baselines._warm_up(call, warmup)
-        baselines._warm_up(base_call, warmup)
+        baselines.warm_up(call, warmup)
+        baselines.warm_up(base_call, warmup)
         ratios, totals = [], {kind: [0, 0.0], baseline: [0, 0.0]}
         end = time.perf_counter() + seconds
         while time.perf_counter() < end or not ratios:
             turns = [(kind, call), (baseline, base_call)]
             rates = {}
             for name, function in turns if len(ratios) % 2 == 0 else turns[::-1]:
-                steps, elapsed, _ = baselines._window(function, window)
+                steps, elapsed, _ = baselines.timed_window(function, window)
                 rates[name] = steps / elapsed
                 totals[name][0] += steps
                 totals[name][1] += elapsed

@@ -1,8 +1,8 @@
 """Where the wall-clock time of a training run goes, written into docs/performance.md.
 
-    .venv/bin/python scripts/time_breakdown.py --configs pendulum pendulum_native cheetah \\
-        --label after
-    .venv/bin/python scripts/time_breakdown.py --report-only
+    .venv/bin/python -m benchmarks.throughput breakdown --configs pendulum pendulum_native \\
+        cheetah --label after
+    .venv/bin/python -m benchmarks.throughput breakdown --report-only
 
 Each config trains for its `--steps` (default: a few updates' worth, see STEPS) in a fresh
 process, as the training command does, with every phase timed from the moment that
@@ -30,8 +30,8 @@ process was started (so Python's and TensorFlow's start-up count):
 Results are stored per `--label` (e.g. `before` at an older commit, `after`) in
 docs/time_breakdown.json, and the section between the markers `<!-- time-breakdown -->`
 and `<!-- /time-breakdown -->` of docs/performance.md is rewritten from all labels; the
-rest of that file (written by scripts/throughput_benchmark.py, see `write_markdown` in
-scripts/throughput_report.py) is kept.
+rest of that file (written by `python -m benchmarks.throughput`, see `write_markdown` in
+benchmarks/throughput/report.py) is kept.
 """
 
 import argparse
@@ -44,6 +44,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from benchmarks import child_environment
 
 STEPS = {"pendulum": 40_000, "pendulum_native": 80_000, "cheetah": 50_000}
 CATEGORIES = ("start-up", "tracing", "stepping", "acting and recording", "updates",
@@ -212,10 +214,10 @@ def _process_start():
 def markdown(store):
     """The docs/performance.md section of all labels in `store` (dict label -> runs)."""
     lines = [BEGIN, "", "## Where the time of a training run goes", "",
-             "Written by `scripts/time_breakdown.py` (its docstring defines each row). Seconds "
-             "of wall-clock time from the start of the training process; each config trains "
-             "the steps given, in a fresh process, with its shipped settings at the labelled "
-             "commit.", ""]
+             "Written by `python -m benchmarks.throughput breakdown` (its docstring, "
+             "benchmarks/throughput/breakdown.py, defines each row). Seconds of wall-clock "
+             "time from the start of the training process; each config trains the steps "
+             "given, in a fresh process, with its shipped settings at the labelled commit.", ""]
     for label, runs in store.items():
         meta = runs[0]
         lines += [f"### {label}", "", f"{meta['date']}, commit `{meta['commit']}`, "
@@ -272,6 +274,7 @@ def _commit():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.throughput breakdown",
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=list(STEPS),
@@ -319,11 +322,11 @@ def _run_worker(name, args, folder):
     shutil.rmtree(logdir, ignore_errors=True)
     result_path = folder / f".time_breakdown_{name}.json"
     steps = args.steps or STEPS.get(name, 50_000)
-    command = [sys.executable, __file__, "--worker", name, "--steps", str(steps),
-               "--logdir", str(logdir), "--result", str(result_path),
+    command = [sys.executable, "-m", "benchmarks.throughput", "breakdown", "--worker", name,
+               "--steps", str(steps), "--logdir", str(logdir), "--result", str(result_path),
                *[item for pair in args.set for item in ("--set", pair)]]
     print("$", " ".join(command), flush=True)
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=child_environment())
     result = json.loads(result_path.read_text())
     result_path.unlink()
     result.update(date=datetime.date.today().isoformat(), commit=_commit(),

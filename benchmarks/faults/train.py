@@ -1,5 +1,5 @@
 """`python -m batchrl.scripts.train` that can stall inside a checkpoint write, for
-scripts/fault_injection.py (run as `python -m fault_train` with scripts/ on the path).
+`python -m benchmarks.faults` (run as `python -m benchmarks.faults.train`).
 
 With `BATCHRL_STALL_STAGE=STAGE`, `BATCHRL_STALL_SAVE=N` and `BATCHRL_STALL_MARKER=PATH`
 set, the N-th `tf.train.CheckpointManager.save` of this process stops at STAGE, writes the
@@ -98,6 +98,8 @@ def install(stage, save, marker):
 
 
 def main(argv=None):
+    """The trainer with `argv`, the stall installed when the variables above are set;
+    returns its exit code."""
     stage = os.environ.get(STAGE_VARIABLE)
     if stage:
         install(stage, int(os.environ[SAVE_VARIABLE]), os.environ[MARKER_VARIABLE])

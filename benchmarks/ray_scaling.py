@@ -1,11 +1,11 @@
 """The Ray backend's throughput against `ParallelBatchEnv`, and a model of scaling out built
 from per-step costs measured on this machine.
 
-    .venv/bin/python scripts/ray_benchmark.py --write     # measure; write the docs
-    .venv/bin/python scripts/ray_benchmark.py --report-only --write  # from the JSON
+    .venv/bin/python -m benchmarks.ray_scaling --write     # measure; write the docs
+    .venv/bin/python -m benchmarks.ray_scaling --report-only --write  # from the JSON
 
-Everything runs in this process, on a local Ray that it starts (scripts/ is put on
-PYTHONPATH first, so that the actors can build `slow_envs.SlowPendulum`).
+Everything runs in this process, on a local Ray that it starts (the repository root is put
+on its PYTHONPATH first, so that the actors can build `benchmarks.slow_envs.SlowPendulum`).
 
 1. Pairs, each measured in alternating windows of `--window` seconds for `--seconds` in
    all (a slow spell of the shared machine hits both sides of a ratio alike; the ratio of
@@ -20,7 +20,7 @@ PYTHONPATH first, so that the actors can build `slow_envs.SlowPendulum`).
    cost per batch step while it collects (the `cheetah` config's BatchPPO acting and
    recording, on `MockEnvironment`s of HalfCheetah's shapes whose stepping costs almost
    nothing) for B = 32, 128, 512 (`c0 + c1 B` by least squares); one `cheetah` update of
-   10 episodes (scripts/update_benchmark.py), as `u` seconds per environment step.
+   10 episodes (`python -m benchmarks.speed update`), as `u` seconds per environment step.
 3. The model (see docs/scaling.md): N nodes like this one (2 cores), each hosting 2 actors
    of 16 environments, the trainer on a node of its own; a batch step takes
    `T(N) = 16 s + (r + RTT) + (2N d + c0 + c1 B + u B)` with B = 32 N (the environments of
@@ -28,31 +28,33 @@ PYTHONPATH first, so that the actors can build `slow_envs.SlowPendulum`).
    time: Ray's cost per actor and the learner), and steps/s = B / T.
 
 `--write` stores the figures in docs/ray_benchmark.json and rewrites the marked sections
-`<!-- ray-backend -->` of docs/performance.md (kept by scripts/throughput_report.py) and
+`<!-- ray-backend -->` of docs/performance.md (kept by `benchmarks.throughput.report`) and
 `<!-- ray-scaling -->` of docs/scaling.md; the rest of both files is left as it is.
 """
 
 import argparse
 import datetime
 import functools
+import itertools
 import json
 import os
-import pathlib
 import statistics
 import sys
 import time
 
+import numpy as np
+
+from benchmarks import ROOT, child_environment
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
 JSON = ROOT / "docs" / "ray_benchmark.json"
 PERFORMANCE = ROOT / "docs" / "performance.md"
 SCALING = ROOT / "docs" / "scaling.md"
 SECTIONS = {"performance": ("<!-- ray-backend -->", "<!-- /ray-backend -->"),
             "scaling": ("<!-- ray-scaling -->", "<!-- /ray-scaling -->")}
 ENVS = {"HalfCheetah-v5": ("HalfCheetah-v5", {}),
-        "SlowPendulum (1 ms)": ("slow_envs:SlowPendulum", {"step_us": 1000.0})}
+        "SlowPendulum (1 ms)": ("benchmarks.slow_envs:SlowPendulum", {"step_us": 1000.0})}
 NUM_ENVS, WORKERS = 32, 2
 RTT = 0.2e-3  # An assumed network round trip between nodes of one data centre, seconds.
 NODES = (1, 2, 4, 8, 16, 32, 64)
@@ -64,7 +66,7 @@ def _constructor(env):
     from batchrl import environments
 
     env_id, kwargs = ENVS.get(env, (env, {}))
-    limit = 200 if env_id.startswith("slow_envs") else None
+    limit = 200 if env_id.startswith("benchmarks.slow_envs") else None
     return functools.partial(environments.create, env_id, limit, kwargs=kwargs)
 
 
@@ -79,42 +81,57 @@ def _batch(kind, env, num_envs=NUM_ENVS, workers=WORKERS, worker_cpus=1.0):
 
 
 def _raw_call(batch_env):
-    from parallel_step_benchmark import BatchStepper
+    """A call that takes one batch step of `batch_env` with random valid actions, resets
+    the environments whose episode ended and returns the batch size."""
+    from benchmarks.throughput import baselines
 
-    return BatchStepper(batch_env, len(batch_env)).call
+    num_envs = len(batch_env)
+    actions = itertools.cycle(baselines.action_pool(batch_env.action_space, num_envs))
+    batch_env.reset(seed=0)
+
+    def call():
+        _, _, terminated, truncated, _ = batch_env.step(next(actions))
+        done = terminated | truncated
+        if done.any():
+            batch_env.reset(np.flatnonzero(done))
+        return num_envs
+
+    return call
 
 
-def _simulate_call(batch_env, steps_per_call):
-    from throughput_simulate import _simulate_call, _step_function
-
+def _mock_call(batch_env, steps_per_call):
+    """A call of the training loop's step function with `MockAlgorithm` over `batch_env`,
+    `steps_per_call` batch steps; returns the environment steps it took."""
     from batchrl.environments.in_graph import InGraphBatchEnv
     from batchrl.tools.mock_algorithm import MockAlgorithm
+    from benchmarks.throughput import simulate
 
     batch_env.reset(seed=0)
     in_graph = InGraphBatchEnv(batch_env)
-    function = _step_function(in_graph, MockAlgorithm(in_graph, seed=0), steps_per_call)
-    return _simulate_call(function, len(batch_env), steps_per_call)
+    function = simulate.loop_step_function(in_graph, MockAlgorithm(in_graph, seed=0),
+                                           steps_per_call)
+    return simulate.simulate_call(function, len(batch_env), steps_per_call)
 
 
 def measure_pair(env, level, seconds, window, warmup, steps_per_call):
     """`ray` against `parallel` for `env` at `level` (raw or simulate), in alternating
     windows; returns a dict of the ratios (ray / parallel) and both rates."""
-    import throughput_baselines as baselines
+    from benchmarks.throughput import baselines
 
     batches = {kind: _batch(kind, env) for kind in ("ray", "parallel")}
     try:
         calls = {kind: (_raw_call(batch) if level == "raw"
-                        else _simulate_call(batch, steps_per_call))
+                        else _mock_call(batch, steps_per_call))
                  for kind, batch in batches.items()}
         for call in calls.values():
-            baselines._warm_up(call, warmup)
+            baselines.warm_up(call, warmup)
         ratios, totals = [], {kind: [0, 0.0] for kind in calls}
         end = time.perf_counter() + seconds
         while time.perf_counter() < end or not ratios:
             order = list(calls) if len(ratios) % 2 == 0 else list(calls)[::-1]
             rates = {}
             for kind in order:
-                steps, elapsed, _ = baselines._window(calls[kind], window)
+                steps, elapsed, _ = baselines.timed_window(calls[kind], window)
                 rates[kind] = steps / elapsed
                 totals[kind][0] += steps
                 totals[kind][1] += elapsed
@@ -128,15 +145,28 @@ def measure_pair(env, level, seconds, window, warmup, steps_per_call):
 
 
 def measure_single(env, seconds):
-    """Seconds per step of one environment in a plain loop (the best of 3 windows)."""
-    from parallel_step_benchmark import SingleEnv
+    """Seconds per step of one environment of `env` (a key of `ENVS` or a Gymnasium id) in
+    a plain loop with random actions, reset when its episode ends: the best of 3 windows
+    of `seconds` after 0.3 s of warm-up (float)."""
+    from benchmarks.throughput import baselines
 
-    stepper = SingleEnv(_constructor(env), 1)
+    single = _constructor(env)()
     try:
-        stepper.warm_up(0.3)
-        return min(1 / stepper.measure(seconds)[0] for _ in range(3))
+        single.reset(seed=0)
+        actions = itertools.cycle(baselines.action_pool(single.action_space, None))
+
+        def call():
+            for _ in range(baselines.SINGLE_ENV_CHUNK):
+                _, _, terminated, truncated, _ = single.step(next(actions))
+                if terminated or truncated:
+                    single.reset()
+            return baselines.SINGLE_ENV_CHUNK
+
+        baselines.warm_up(call, 0.3)
+        windows = [baselines.timed_window(call, seconds) for _ in range(3)]
+        return min(elapsed / steps for steps, elapsed, _ in windows)
     finally:
-        stepper.close()
+        single.close()
 
 
 def measure_ray_overhead(seconds):
@@ -200,10 +230,10 @@ def measure_learner(batches, steps_per_call, calls=6):
 def measure_update(repeats=3):
     """Seconds of one `cheetah` update (10 episodes of 1,000 steps), the median of
     `repeats` after the first (compiling) call."""
-    import update_benchmark
+    from benchmarks import speed
 
-    memory = update_benchmark._play("cheetah", {})
-    return statistics.median(update_benchmark.measure("cheetah", {}, repeats, memory)["seconds"])
+    memory = speed.play("cheetah", [])
+    return statistics.median(speed.measure_update("cheetah", [], repeats, memory)["seconds"])
 
 
 def _fit(points):
@@ -239,9 +269,8 @@ def model(figures, env, nodes, rtt=RTT, envs_per_node=NUM_ENVS, actors_per_node=
 
 
 def measure(args):
-    import throughput_baselines as baselines
-
     from batchrl.environments.ray import connection as ray_connection
+    from benchmarks.throughput import baselines
 
     ray_connection.connect(None)
     figures = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -280,7 +309,7 @@ def performance_section(figures):
         SECTIONS["performance"][0],
         "## The Ray backend against ParallelBatchEnv",
         "",
-        f"Written by `scripts/ray_benchmark.py` on {figures['date']} (2 workers each, 32 "
+        f"Written by `python -m benchmarks.ray_scaling` on {figures['date']} (2 workers each, 32 "
         f"environments, a local Ray; effective cores {figures['effective_cores'][0]:.2f} "
         f"at the start and {figures['effective_cores'][1]:.2f} at the end, load average "
         f"{figures['load_average'][0]:.1f} → {figures['load_average'][1]:.1f}: the machine "
@@ -303,8 +332,8 @@ def scaling_section(figures):
     single = figures["single"]
     lines = [
         SECTIONS["scaling"][0],
-        f"Written by `scripts/ray_benchmark.py` on {figures['date']} from costs measured on "
-        f"this 2-core machine, shared with other runs (effective cores "
+        f"Written by `python -m benchmarks.ray_scaling` on {figures['date']} from costs "
+        f"measured on this 2-core machine, shared with other runs (effective cores "
         f"{figures['effective_cores'][0]:.2f} → {figures['effective_cores'][1]:.2f}).",
         "",
         "| cost | measured | what |",
@@ -383,7 +412,8 @@ def read_section(path, name="performance"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ray_scaling",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="timed seconds of each pair, all windows together")
     parser.add_argument("--window", type=float, default=1.0, help="seconds of one window")
@@ -395,10 +425,8 @@ def main(argv=None):
     parser.add_argument("--report-only", action="store_true",
                         help=f"no measurement: report docs/{JSON.name}")
     args = parser.parse_args(argv)
-    scripts = str(HERE)
-    sys.path.insert(0, scripts)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [scripts, os.environ.get("PYTHONPATH")]))
+    # The local Ray that `measure` starts hands its environment to the actors.
+    os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
     figures = json.loads(JSON.read_text()) if args.report_only else measure(args)
     print(performance_section(figures))
     print(scaling_section(figures))

@@ -1,8 +1,8 @@
 """REINFORCE written with build_algorithm, trained on CartPole by batchrl's `train`.
 
-Usage: reinforce.py --logdir=RUN_DIR [train's other options, e.g. --set seed=1]; the same as
-`PYTHONPATH=scripts python -m batchrl.scripts.train --config=scripts/reinforce.yaml
---logdir=RUN_DIR`.
+Usage: python examples/reinforce.py --logdir=RUN_DIR [train's other options, e.g. --set
+seed=1]; the same as `PYTHONPATH=examples python -m batchrl.scripts.train
+--config=examples/reinforce.yaml --logdir=RUN_DIR`.
 """
 import pathlib
 import sys

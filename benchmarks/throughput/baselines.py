@@ -23,6 +23,7 @@ import numpy as np
 from batchrl import configs, environments
 from batchrl.environments import wrappers
 from batchrl.environments.local import BatchEnv
+from benchmarks import child_environment
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
@@ -98,7 +99,7 @@ class PairedMeasurement:
 # Helpers.
 
 
-def _warm_up(call, warmup):
+def warm_up(call, warmup):
     """Calls `call()` at least twice and for at least `warmup` wall-clock seconds."""
     call()
     call()
@@ -107,7 +108,7 @@ def _warm_up(call, warmup):
         call()
 
 
-def _window(call, seconds):
+def timed_window(call, seconds):
     """Calls `call()` until `seconds` have passed (the last call is finished); returns
     `(steps, elapsed seconds, calls)`."""
     steps = calls = 0
@@ -120,7 +121,7 @@ def _window(call, seconds):
             return steps, elapsed, calls
 
 
-def _run_timed(call, seconds, warmup):
+def run_timed(call, seconds, warmup):
     """Calls `call()` for `warmup` seconds (at least twice), then for `seconds` seconds.
 
     Args:
@@ -132,11 +133,11 @@ def _run_timed(call, seconds, warmup):
       `(steps, elapsed, calls)` of the timed part: environment steps, wall-clock seconds
       (at least `seconds`; the last call is finished), calls.
     """
-    _warm_up(call, warmup)
-    return _window(call, seconds)
+    warm_up(call, warmup)
+    return timed_window(call, seconds)
 
 
-def _action_pool(space, shape, seed=0):
+def action_pool(space, shape, seed=0):
     """`ACTION_POOL` random actions of `space`, each reshaped to `shape` (a batch or one).
 
     Args:
@@ -168,7 +169,7 @@ def env_config(env_id, num_envs, processes):
 
 
 @contextlib.contextmanager
-def _batch_env(config):
+def open_batch_env(config):
     """The config's batch (as training builds it), closed on exit; yields
     `(batch_env, setup_seconds)`."""
     start = time.perf_counter()
@@ -183,7 +184,7 @@ def _batch_env(config):
 
 
 @contextlib.contextmanager
-def _single_env_stepper(env_id):
+def single_env_stepper(env_id):
     """One environment (built with `environments.create`; for an in-graph environment its
     Gymnasium equivalent), stepped with random actions and reset when its episode ends;
     closed on exit. Yields `(call, setup_seconds)`: `call()` takes `SINGLE_ENV_CHUNK` steps
@@ -192,7 +193,7 @@ def _single_env_stepper(env_id):
     env = environments.create(environments.gymnasium_id(env_id))
     setup = time.perf_counter() - start
     try:
-        actions = itertools.cycle(_action_pool(env.action_space, None))
+        actions = itertools.cycle(action_pool(env.action_space, None))
         env.reset(seed=0)
 
         def call():
@@ -212,12 +213,11 @@ def _single_env_stepper(env_id):
 # seconds read from each line of its input, and answers with the steps taken.
 _LOOP_WORKER = """
 import sys
-sys.path.insert(0, {scripts!r})
-import throughput_baselines as baselines
-with baselines._single_env_stepper({env_id!r}) as (call, _):
+from benchmarks.throughput import baselines
+with baselines.single_env_stepper({env_id!r}) as (call, _):
     print("ready", flush=True)
     for line in sys.stdin:
-        steps, _, _ = baselines._window(call, float(line))
+        steps, _, _ = baselines.timed_window(call, float(line))
         print(steps, flush=True)
 """
 
@@ -226,20 +226,19 @@ PER_CORE_SLICE = 0.05
 
 
 @contextlib.contextmanager
-def _single_env_per_core_stepper(env_id):
+def single_env_per_core_stepper(env_id):
     """`os.cpu_count()` processes, each stepping one environment in a plain loop as
     `single_env` does, all at the same time; ended on exit. Yields `(call, setup_seconds)`:
     `call()` lets every process step for `PER_CORE_SLICE` seconds and returns the steps
     they took together."""
     start = time.perf_counter()
-    code = _LOOP_WORKER.format(scripts=str(pathlib.Path(__file__).resolve().parent),
-                               env_id=env_id)
+    code = _LOOP_WORKER.format(env_id=env_id)
     processes = []
     try:
         for _ in range(os.cpu_count() or 1):
             processes.append(subprocess.Popen(
                 [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                text=True, bufsize=1, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")))
+                text=True, bufsize=1, env=child_environment(TF_CPP_MIN_LOG_LEVEL="2")))
         for process in processes:
             if process.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"a single_env_per_core process for {env_id} failed to "
@@ -278,8 +277,8 @@ def measure_single_env_per_core(env_id, seconds, warmup):
       `Measurement` of kind `single_env_per_core` (`num_envs`: the processes), in
       environment steps per second of all processes together.
     """
-    with _single_env_per_core_stepper(env_id) as (call, setup):
-        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    with single_env_per_core_stepper(env_id) as (call, setup):
+        steps, elapsed, calls = run_timed(call, seconds, warmup)
     return Measurement("single_env_per_core", env_id, os.cpu_count() or 1, steps, elapsed,
                        calls, setup)
 
@@ -297,8 +296,8 @@ def measure_single_env(env_id, seconds, warmup):
     Returns:
       `Measurement` of kind `single_env`: environment steps per second of one core.
     """
-    with _single_env_stepper(env_id) as (call, setup):
-        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    with single_env_stepper(env_id) as (call, setup):
+        steps, elapsed, calls = run_timed(call, seconds, warmup)
     return Measurement("single_env", env_id, 1, steps, elapsed, calls, setup)
 
 
@@ -323,7 +322,7 @@ def _external_batch_env(config):
 
 
 @contextlib.contextmanager
-def _batch_env_stepper(env_id, num_envs, kind):
+def batch_env_stepper(env_id, num_envs, kind):
     """A batch of `kind` (see `measure_batch_env`) stepped from Python with random valid
     actions, the environments whose episode ended reset with `reset(indices)`; closed on
     exit. Yields `(call, setup_seconds)`: `call()` takes one batch step and returns
@@ -331,11 +330,11 @@ def _batch_env_stepper(env_id, num_envs, kind):
     if kind == "batch_env_processes":
         batch = _external_batch_env(env_config(env_id, num_envs, True))
     elif kind in ("batch_env", "parallel_batch_env"):
-        batch = _batch_env(env_config(env_id, num_envs, kind == "parallel_batch_env"))
+        batch = open_batch_env(env_config(env_id, num_envs, kind == "parallel_batch_env"))
     else:
         raise ValueError(f"not a batch kind: {kind!r}")
     with batch as (batch_env, setup):
-        actions = itertools.cycle(_action_pool(batch_env.action_space, num_envs))
+        actions = itertools.cycle(action_pool(batch_env.action_space, num_envs))
 
         def call():
             _, _, terminated, truncated, _ = batch_env.step(next(actions))
@@ -363,8 +362,8 @@ def measure_batch_env(env_id, num_envs, kind, seconds, warmup):
     Returns:
       `Measurement` of `kind`, in environment steps per second of the whole batch.
     """
-    with _batch_env_stepper(env_id, num_envs, kind) as (call, setup):
-        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+    with batch_env_stepper(env_id, num_envs, kind) as (call, setup):
+        steps, elapsed, calls = run_timed(call, seconds, warmup)
     return Measurement(kind, env_id, num_envs, steps, elapsed, calls, setup)
 
 
@@ -405,7 +404,7 @@ def measure_gymnasium_vector(env_id, num_envs, asynchronous, seconds, warmup):
     try:
         envs.reset(seed=0)
         setup = time.perf_counter() - start
-        actions = itertools.cycle(_action_pool(envs.action_space, None))
+        actions = itertools.cycle(action_pool(envs.action_space, None))
         autoreset = np.zeros(num_envs, bool)
 
         def call():
@@ -415,7 +414,7 @@ def measure_gymnasium_vector(env_id, num_envs, asynchronous, seconds, warmup):
             autoreset = np.logical_or(terminated, truncated)
             return stepped
 
-        steps, elapsed, calls = _run_timed(call, seconds, warmup)
+        steps, elapsed, calls = run_timed(call, seconds, warmup)
     except BaseException:
         envs.close(terminate=True)  # Workers may be mid-step: do not wait for them.
         raise

@@ -1,10 +1,10 @@
 """Environment steps per second of batchrl's stepping paths, side by side with baselines.
 
-    .venv/bin/python scripts/throughput_benchmark.py            # or: make bench
-    .venv/bin/python scripts/throughput_benchmark.py --envs Pendulum-v1 --sizes 8 32 \\
+    .venv/bin/python -m benchmarks.throughput            # or: make bench
+    .venv/bin/python -m benchmarks.throughput --envs Pendulum-v1 --sizes 8 32 \\
         --seconds 3 --json /tmp/perf.json --output /tmp/perf.md
-    .venv/bin/python scripts/throughput_benchmark.py --quick --json /tmp/q.json \\
-        --output /tmp/q.md                                     # smoke test, ~1-2 minutes
+    .venv/bin/python -m benchmarks.throughput --quick --json /tmp/q.json \\
+        --output /tmp/q.md                              # smoke test, ~1-2 minutes
 
 For every environment id (`--envs`) and every batch size (`--sizes`) it measures, in one
 run and one process, environment steps per second (every environment's step counts) of:
@@ -72,14 +72,15 @@ Writes a JSON file (`--json`, default docs/performance.json) and a Markdown repo
 goals of the throughput work (`GOALS`) with their measured figures, every figure and the
 ratios, and the learning runs.
 
-The parts live next to this file, one module each: throughput_settings.py (the kinds, their
-`BASELINES`, the defaults, `PAIRS` and `GOALS`), throughput_baselines.py (the `Measurement`
-records, timing helpers and the measurements of raw stepping, without TensorFlow; the
-machine), throughput_simulate.py (`simulate` with `MockAlgorithm` and BatchPPO, the learning
-runs, the paired measurements) and throughput_report.py (ratios, goals, JSON and Markdown).
-This file holds the command: `run_benchmark`, `run_pairs` and `main`. TensorFlow is imported
-only by the measurements that need it, so that worker processes importing
-throughput_baselines stay light.
+The parts live next to this file, one module each of `benchmarks.throughput`: `settings`
+(the kinds, their `BASELINES`, the defaults, `PAIRS` and `GOALS`), `baselines` (the
+`Measurement` records, timing helpers and the measurements of raw stepping, without
+TensorFlow; the machine), `simulate` (`simulate` with `MockAlgorithm` and BatchPPO, the
+learning runs, the paired measurements) and `report` (ratios, goals, JSON and Markdown).
+This module holds the command: `run_benchmark`, `run_pairs` and `main`. TensorFlow is
+imported only by the measurements that need it, so that worker processes importing
+`baselines` stay light. `python -m benchmarks.throughput breakdown` runs the suite's other
+part (`breakdown`: where a training run's time goes).
 """
 
 import argparse
@@ -95,12 +96,17 @@ import subprocess
 import sys
 import tempfile
 
-import throughput_baselines as baselines
-import throughput_report as report_lib
-import throughput_simulate as simulate
-from throughput_settings import DEFAULTS, LEARNING_CONFIG, LEARNING_THRESHOLD, PAIRS, QUICK
-
 from batchrl import configs, environments
+from benchmarks import child_environment
+from benchmarks.throughput import baselines, simulate
+from benchmarks.throughput import report as report_lib
+from benchmarks.throughput.settings import (
+    DEFAULTS,
+    LEARNING_CONFIG,
+    LEARNING_THRESHOLD,
+    PAIRS,
+    QUICK,
+)
 
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
@@ -253,8 +259,8 @@ def run_pairs(envs, seconds, warmup, steps_per_call=100, log=print, inter_op_thr
 
 
 def _isolated(measure, inter_op_threads, *args, **kwargs):
-    """Runs `measure(*args, **kwargs)` (a `measure_` function of throughput_baselines or
-    throughput_simulate) in a new Python process whose TensorFlow has `inter_op_threads`
+    """Runs `measure(*args, **kwargs)` (a `measure_` function of `baselines` or
+    `simulate`) in a new Python process whose TensorFlow has `inter_op_threads`
     inter-op threads (fixed once TensorFlow runs, so this process cannot change them);
     returns its `Measurement` (a `PairedMeasurement` for `measure_paired`).
 
@@ -263,8 +269,8 @@ def _isolated(measure, inter_op_threads, *args, **kwargs):
     """
     request = json.dumps({"measure": measure.__name__, "args": args, "kwargs": kwargs,
                           "inter_op_threads": inter_op_threads})
-    result = subprocess.run([sys.executable, __file__, "--measure", request],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "--measure", request],
+                            capture_output=True, text=True, check=False, env=child_environment())
     if result.returncode != 0:
         raise RuntimeError(f"{measure.__name__}{tuple(args)} failed in its own process "
                            f"(exit code {result.returncode}):\n{result.stderr[-3000:]}")
@@ -290,9 +296,12 @@ def _measure_request(request):
 
 def _parser():
     parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.throughput",
         description="Environment steps per second of BatchEnv, ExternalProcess, simulate "
                     "and BatchPPO against a single environment, the core limit and "
-                    "Gymnasium's vector environments. Writes JSON and Markdown.")
+                    "Gymnasium's vector environments. Writes JSON and Markdown.",
+        epilog="`python -m benchmarks.throughput breakdown --help`: the suite's other part, "
+               "where the wall-clock time of a training run goes.")
     parser.add_argument("--envs", nargs="+", metavar="ID",
                         help="Gymnasium ids and in-graph environments (default: "
                              f"{' '.join(DEFAULTS['envs'])})")
@@ -346,16 +355,16 @@ def _parser():
 
 
 def _command(argv):
+    """The command line of this run as a user types it (str)."""
     executable = pathlib.Path(sys.executable)
     with contextlib.suppress(ValueError):
         executable = executable.relative_to(pathlib.Path.cwd())
-    script = pathlib.Path(__file__).resolve()
-    with contextlib.suppress(ValueError):
-        script = script.relative_to(pathlib.Path.cwd())
-    return shlex.join([str(executable), str(script), *argv])
+    return shlex.join([str(executable), "-m", "benchmarks.throughput", *argv])
 
 
 def main(argv=None):
+    """Runs the benchmark with the options of `argv` (default: `sys.argv[1:]`); returns the
+    exit code (0; 2 for bad options)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     if args.measure:
@@ -426,7 +435,3 @@ def main(argv=None):
     report_lib.write_markdown(report, args.output)
     print(f"Wrote {args.json} and {args.output}.")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

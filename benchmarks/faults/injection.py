@@ -1,9 +1,9 @@
 """Inject random faults into short training runs and count what went wrong.
 
-    .venv/bin/python scripts/fault_injection.py --trials 20 --output docs/faults.md
-    .venv/bin/python scripts/fault_injection.py --backend ray --trials 20 \
+    .venv/bin/python -m benchmarks.faults --trials 20 --output docs/faults.md
+    .venv/bin/python -m benchmarks.faults --backend ray --trials 20 \
         --output docs/faults-ray.md
-    .venv/bin/python scripts/fault_injection.py --backend envpool --trials 20 \
+    .venv/bin/python -m benchmarks.faults --backend envpool --trials 20 \
         --output docs/faults-envpool.md
 
 Each trial trains Pendulum (worker processes; with `--backend ray` Ray actors on a local
@@ -11,7 +11,7 @@ Ray that the trainer starts; with `--backend envpool` EnvPool's `envpool:Pendulu
 trainer's process; short schedule) into a fresh run directory and injects one fault, chosen
 at random:
 
-- a worker fault at a random step (scripts/fault_envs.py): an exception (`raise`), an exit
+- a worker fault at a random step (benchmarks/faults/envs.py): an exception (`raise`), an exit
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
   `worker_timeout` 5 s) or a NaN observation (`nan`); the run must end with exit code 1
   and one `error: training failed` message;
@@ -23,7 +23,7 @@ at random:
   `worker_restarts: 1`; the run must finish (exit code 0) and log one restart;
 - with `--backend envpool`, in place of the worker and environment faults above (EnvPool's
   environments are C++ in the trainer's process): bad actions given to the batch
-  environment at a random step (scripts/fault_actions.py): NaN for environment 1
+  environment at a random step (benchmarks/faults/actions.py): NaN for environment 1
   (`nan-action`), or an action outside `Discrete(2)` for environment 1 of
   `envpool:CartPole-v1` (`bad-action`, config cartpole); the run must end with exit code
   1 and one `error: training failed` message naming environment 1 and the action, then
@@ -37,7 +37,7 @@ at random:
   possibly while a checkpoint is written); the same command is then run again and must
   resume and finish;
 - SIGKILL of the trainer inside its N-th checkpoint write (`sigkill-save`): the trainer is
-  run by scripts/fault_train.py, which stalls the write at a random stage (`shards`: data
+  run by benchmarks/faults/train.py, which stalls the write at a random stage (`shards`: data
   in the temporary files, `merged`: `ckpt-S.*` complete but the `checkpoint` index file not
   yet replaced, `sweep`: index replaced, old checkpoints half deleted); the files at the
   kill must show that stage, and the same command, run again, must resume from the
@@ -65,11 +65,10 @@ import sys
 import tempfile
 import time
 
-from fault_actions import AFTER_VARIABLE, KIND_VARIABLE
-from fault_train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
+from benchmarks import ROOT, child_environment
+from benchmarks.faults.actions import AFTER_VARIABLE, KIND_VARIABLE
+from benchmarks.faults.train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
 MARKER = "BATCHRL_FAULT_TRIAL"
 STEPS = 8000
 EVAL_EVERY = 1000
@@ -79,7 +78,7 @@ SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}", "--s
             "max_length=200", "--no-progress"]
 SAVES = STEPS // EVAL_EVERY  # Checkpoints a run writes.
 KEEP_CHECKPOINTS = 5  # The Loop's default `keep_checkpoints`.
-ENV_NAME = "fault_envs:FaultyPendulum"
+ENV_NAME = "benchmarks.faults.envs:FaultyPendulum"
 WORKER_FAULTS = ("raise", "exit", "kill", "hang", "nan")
 ENV_FAULTS = ("raise-init", "raise-reset")
 SIGNALS = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
@@ -123,9 +122,7 @@ def _env_name(backend):
 
 
 def _environment(trial):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **{MARKER: str(trial)})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    return env
+    return child_environment(TF_CPP_MIN_LOG_LEVEL="2", **{MARKER: str(trial)})
 
 
 def leftover_processes(trial, grace=0.0):
@@ -243,7 +240,7 @@ def _step_of(name):
 
 def write_stage_seen(logdir, name, stage):
     """Whether the files in `logdir` show checkpoint `name` interrupted at `stage` (see
-    scripts/fault_train.py); returns `(bool, description)`."""
+    benchmarks/faults/train.py); returns `(bool, description)`."""
     logdir = pathlib.Path(logdir)
     latest, listed = _index(logdir)
     index = (logdir / f"{name}.index").exists()
@@ -376,7 +373,7 @@ def _action_trial(kind, rng, logdir, env, backend):
     fault, config, name, expected = (
         ("nan", "pendulum", ENVPOOL_NAME, "non-finite action") if kind == "nan-action" else
         ("bad", "cartpole", "envpool:CartPole-v1", "outside the action space Discrete(2)"))
-    command = _command(logdir, ["--set", f"env={name}"], module="fault_actions",
+    command = _command(logdir, ["--set", f"env={name}"], module="benchmarks.faults.actions",
                        backend=backend, config=config)
     faulty = dict(env, **{KIND_VARIABLE: fault, AFTER_VARIABLE: str(after)})
     code, stdout, stderr, seconds = _run(command, faulty)
@@ -407,8 +404,8 @@ def _save_trial(index, rng, workdir, logdir, env, backend):
     marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
     stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
                             MARKER_VARIABLE: str(marker)})
-    command = _command(logdir, ["--set", f"env={_env_name(backend)}"], module="fault_train",
-                       backend=backend)
+    command = _command(logdir, ["--set", f"env={_env_name(backend)}"],
+                       module="benchmarks.faults.train", backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
     result = {"hung": code is None, "leftover": 0, "left": [],
               "unreadable": not checkpoint_readable(logdir)}
@@ -458,7 +455,10 @@ def report(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """Runs the trials of `argv` (default: `sys.argv[1:]`) and prints the report; returns
+    the exit code (1 when a count is not zero or a trial had an unexpected outcome)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20,
                         help="number of trials: the first ones take each fault kind once, "
                              "the others one drawn at random (default: %(default)s)")
@@ -498,13 +498,9 @@ def main(argv=None):
     print("\n" + text)
     if args.output:
         pathlib.Path(args.output).write_text(
-            "# Fault injection\n\nWritten by `scripts/fault_injection.py "
+            "# Fault injection\n\nWritten by `python -m benchmarks.faults "
             f"{shlex.join(sys.argv[1:] if argv is None else argv)}`.\n\n" + text)
     bad = totals["hangs"] + totals["leftover processes"] + totals["unreadable checkpoints"] \
         + totals["resumed runs that lost more than one checkpoint interval"] \
         + totals["trials with an unexpected outcome"]
     return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

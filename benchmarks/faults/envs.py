@@ -1,4 +1,5 @@
-"""Environments that fail on purpose, for scripts/fault_injection.py.
+"""Environments that fail on purpose, for `python -m benchmarks.faults`
+(`env: benchmarks.faults.envs:FaultyPendulum`).
 
 `FaultyPendulum(fault, after)` is Pendulum-v1 (with its 200-step time limit) whose worker
 misbehaves at its `after`-th step: `raise` (an exception), `exit` (`os._exit(3)`), `kill`

@@ -1,6 +1,6 @@
 """The throughput benchmark's report: ratios against baselines, the goals, the JSON file
-and the Markdown report (which keeps the sections of scripts/time_breakdown.py and
-scripts/ray_benchmark.py)."""
+and the Markdown report (which keeps the sections of `breakdown` and of
+`benchmarks.ray_scaling`)."""
 
 import dataclasses
 import datetime
@@ -8,10 +8,17 @@ import json
 import pathlib
 
 import numpy as np
-import throughput_baselines as baselines
-from throughput_settings import BASELINES, GOALS, KINDS, LEARNING_CONFIG, LEARNING_THRESHOLD
 
 from batchrl import environments
+from benchmarks import ray_scaling
+from benchmarks.throughput import baselines, breakdown
+from benchmarks.throughput.settings import (
+    BASELINES,
+    GOALS,
+    KINDS,
+    LEARNING_CONFIG,
+    LEARNING_THRESHOLD,
+)
 
 
 def paired_ratio(measurement, reference):
@@ -328,17 +335,13 @@ def _learning_markdown(runs):
 
 def write_markdown(report, path):
     """Writes `markdown(report)` to `path` (parent directories are created), keeping the
-    sections that scripts/time_breakdown.py and scripts/ray_benchmark.py wrote there, if
-    any."""
-    import ray_benchmark
-    import time_breakdown
-
+    sections that `breakdown` and `benchmarks.ray_scaling` wrote there, if any."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    kept = time_breakdown.read_section(path)
-    kept_ray = ray_benchmark.read_section(path, "performance")
+    kept = breakdown.read_section(path)
+    kept_ray = ray_scaling.read_section(path, "performance")
     path.write_text(markdown(report))
     if kept:
-        time_breakdown.write_section(path, kept)
+        breakdown.write_section(path, kept)
     if kept_ray:
-        ray_benchmark.write_section(path, kept_ray, "performance")
+        ray_scaling.write_section(path, kept_ray, "performance")

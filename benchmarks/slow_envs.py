@@ -1,4 +1,4 @@
-"""Environments that cost a set CPU time per step, for benchmarks (scripts/ray_benchmark.py).
+"""Environments that cost a set CPU time per step, for benchmarks (benchmarks/ray_scaling.py).
 
 `SlowPendulum(step_us)` is Pendulum-v1 (with its 200-step time limit) that also keeps its
 process busy for `step_us` microseconds of wall-clock time at every step, as a large

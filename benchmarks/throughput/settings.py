@@ -1,4 +1,4 @@
-"""The throughput benchmark's settings (scripts/throughput_benchmark.py): the measurement
+"""The throughput benchmark's settings (`python -m benchmarks.throughput`): the measurement
 kinds and their baselines, the configs, the default and quick settings, the learning
 measurement, the paired comparisons and the goals."""
 

@@ -1,5 +1,5 @@
 """`python -m batchrl.scripts.train` whose batch environment is given bad actions once, for
-scripts/fault_injection.py (run as `python -m fault_actions` with scripts/ on the path).
+`python -m benchmarks.faults` (run as `python -m benchmarks.faults.actions`).
 
 With `BATCHRL_ACTION_FAULT=KIND` and `BATCHRL_ACTION_AFTER=N` set, the N-th call of the
 batch environment's `step` (`BaseBatchEnv.step`, so any backend, EnvPool's included) gets,
@@ -58,6 +58,8 @@ def install(kind, after):
 
 
 def main(argv=None):
+    """The trainer with `argv`, the fault installed when the variables above are set;
+    returns its exit code."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # As the trainer does, before TF.
     kind = os.environ.get(KIND_VARIABLE)
     if kind:

@@ -1,0 +1,34 @@
+"""Measuring programs of batchrl, run from the repository root (not part of the installed
+package):
+
+    .venv/bin/python -m benchmarks.throughput            # steps/s against baselines (make bench)
+    .venv/bin/python -m benchmarks.throughput breakdown  # where a training run's time goes
+    .venv/bin/python -m benchmarks.speed update ...      # one PPO update under settings
+    .venv/bin/python -m benchmarks.speed training ...    # training steps/s of variants
+    .venv/bin/python -m benchmarks.faults                # random faults and what they cost
+    .venv/bin/python -m benchmarks.ray_scaling           # the Ray backend; scaling out
+
+Each program's `--help` and module docstring say what it measures and where it writes.
+"""
+
+import os
+import pathlib
+
+# The repository root: the folder that holds this package.
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def child_environment(**variables):
+    """The environment of a process that imports this package from any working directory
+    (a `python -m benchmarks...` command, an environment worker or Ray actor that builds
+    `benchmarks.faults.envs` or `benchmarks.slow_envs` environments).
+
+    Args:
+      **variables: environment variables (str values) to set as well.
+
+    Returns:
+      dict: `os.environ` with `variables` set and `ROOT` first on `PYTHONPATH`.
+    """
+    env = dict(os.environ, **variables)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
