@@ -10,7 +10,7 @@ from tensorboard.util import tensor_util
 
 from batchrl.scripts import train
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 TINY = ["--set", "steps=200", "--set", "eval_every=100", "--set", "log_every=100",
         "--set", "num_agents=2", "--set", "update_every=2", "--set", "eval_episodes=2",
         "--set", "max_length=50", "--set", "env_backend=local"]
@@ -28,12 +28,12 @@ def _summaries(directory):
 
 @pytest.mark.parametrize("config, algorithm", [
     ("pendulum", "ppo"), ("pendulum_trpo", "trpo"), ("cartpole_a2c", "a2c"),
-    (str(SCRIPTS / "reinforce.yaml"), "reinforce:REINFORCE")])
+    (str(EXAMPLES / "reinforce.yaml"), "reinforce:REINFORCE")])
 def test_eager_and_traced_runs_write_the_same_losses(tmp_path, monkeypatch, capsys, config,
                                                      algorithm):
     """Two train phases of an update each; the losses, KLs, scores and histograms of both
     runs agree (within float32 rounding: the traced graph is optimized)."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))  # reinforce.py, docs/algorithms.md's example.
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # reinforce.py, docs/algorithms.md's example.
     arguments = [f"--config={config}", "--set", f"algorithm={algorithm}", *TINY]
     if algorithm == "ppo":
         arguments += ["--set", "update_epochs=1"]
@@ -48,7 +48,7 @@ def test_eager_and_traced_runs_write_the_same_losses(tmp_path, monkeypatch, caps
     losses = [tag for tag in traced if "loss" in tag]
     assert losses and all(tag.startswith(name + "/") for tag in losses), losses
     assert traced.keys() == eager.keys()
-    for tag in traced:
+    for tag in [tag for tag in traced if not tag.startswith("time/")]:  # Wall-clock times.
         assert [step for step, _ in traced[tag]] == [step for step, _ in eager[tag]], tag
         assert len(traced[tag]) >= 2 or tag.startswith(("mean_", "normalize_")), tag
         for (_, first), (_, second) in zip(traced[tag], eager[tag], strict=True):

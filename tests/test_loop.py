@@ -62,6 +62,14 @@ def test_phases_summaries_and_checkpoints(tmp_path):
                                rtol=1e-6)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == [
         "ckpt-40.index", "ckpt-80.index"]
+    # Each train phase's speed, at its global step: its steps over its seconds.
+    trains = [r for r in results if r.name == "train"]
+    speeds = _scalars(tmp_path / "train", "time/train_steps_per_second")
+    seconds = _scalars(tmp_path / "train", "time/train_phase_seconds")
+    assert [s for s, _ in speeds] == [s for s, _ in seconds] == [40, 80]
+    np.testing.assert_allclose([v for _, v in seconds], [r.seconds for r in trains], rtol=1e-6)
+    np.testing.assert_allclose([v for _, v in speeds], [40 / r.seconds for r in trains],
+                               rtol=1e-6)
 
 
 def test_compiled_with_xla_the_loop_writes_the_train_scores_itself(tmp_path):

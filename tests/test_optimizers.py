@@ -285,6 +285,18 @@ def test_clipped_step_limits_the_norm_and_keeps_the_direction():
     assert float(diagnostics["clipped_step/norm"]) == pytest.approx(5.0)
 
 
+@pytest.mark.parametrize("max_norm, scale", [(None, 1.0), (0.5, 0.1), (10.0, 1.0)])
+def test_apply_clipped_scales_long_gradients_to_max_norm(max_norm, scale):
+    """PPO's and KerasOptimizer's step: SGD at rate 1 moves by the gradient times
+    min(1, max_norm / |g|); the returned norm is |g| = 5 before clipping."""
+    x, y = tf.Variable([1.0, 1.0]), tf.Variable([[1.0]])
+    gradients = [tf.constant([3.0, 0.0]), tf.constant([[4.0]])]
+    applied, norm = base.apply_clipped(keras.optimizers.SGD(1.0), gradients, [x, y], max_norm)
+    assert float(norm) == pytest.approx(5.0)
+    np.testing.assert_allclose(x.numpy(), [1.0 - 3.0 * scale, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), [[1.0 - 4.0 * scale]], rtol=1e-6)
+
+
 @pytest.mark.parametrize("kind, keras_class, options", [
     ("adam", keras.optimizers.Adam, {"beta_1": 0.8}),
     ("sgd", keras.optimizers.SGD, {"momentum": 0.5}),

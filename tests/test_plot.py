@@ -21,9 +21,12 @@ EVAL = {0: [-900.0, -300.0, -200.0], 1: [-800.0, -240.0, -150.0], 2: [-1000.0, -
 TRAIN_STEPS = [10000, 20000, 30000, 40000, 50000, 60000]
 
 
-def _write_run(path, seed, eval_values, train_values, steps=60000, training_seconds=None):
+def _write_run(path, seed, eval_values, train_values, steps=60000, training_seconds=None,
+               phases=None):
     """A run directory with the given scores; `training_seconds`, when given, the eval's
-    `time/training_seconds` (as the Loop writes it) at each eval step."""
+    `time/training_seconds` (as the Loop writes it) at each eval step; `phases`, when given,
+    a list of `(step, steps/s, seconds)`: a train phase's `time/train_steps_per_second` and
+    `time/train_phase_seconds` (as the Loop writes them)."""
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(
         configs.dump({"env": "Fake-v0", "seed": seed, "steps": steps}))
@@ -37,6 +40,9 @@ def _write_run(path, seed, eval_values, train_values, steps=60000, training_seco
                 if phase == "eval" and training_seconds:
                     tf.summary.scalar("time/training_seconds", training_seconds[index],
                                       step=step)
+            for end, speed, seconds in (phases or []) if phase == "train" else []:
+                tf.summary.scalar("time/train_steps_per_second", speed, step=end)
+                tf.summary.scalar("time/train_phase_seconds", seconds, step=end)
         writer.close()
 
 
@@ -49,14 +55,19 @@ def bench(tmp_path_factory):
     """LOGDIR/fake/seed-{0,1,2} in the layout of learning_benchmark.py."""
     logdir = tmp_path_factory.mktemp("bench")
     launched = time.time() - 3.0  # Seed 0's eval at 60,000 steps: 3 s from the command.
+    # Seed 0: 20,000 steps in 20 s, then (resumed) 40,000 in 20 s: 1,500 steps/s over the
+    # run; seed 1: 60,000 steps in 3 phases of 10 s; seed 2: no speed (an older run).
+    phases = {0: [(20000, 1000.0, 20.0), (40000, 2000.0, 10.0), (60000, 2000.0, 10.0)],
+              1: [(20000, 2000.0, 10.0), (40000, 2000.0, 10.0), (60000, 2000.0, 10.0)]}
     for seed, values in EVAL.items():
         _write_run(logdir / "fake" / f"seed-{seed}", seed, values, _train_values(seed),
-                   training_seconds=[2.5, 7.5, 12.5] if seed == 0 else None)
+                   training_seconds=[2.5, 7.5, 12.5] if seed == 0 else None,
+                   phases=phases.get(seed))
+    # The launch times that batchrl-benchmark writes; train's printed text is not read.
     (logdir / "fake" / "seed-0" / learning_benchmark.LOG_NAME).write_text(
         f"# launched at {launched - 100:.3f}\n"
-        "Trained 20,000 steps at 1,000 steps/s (including updates).\n"
-        f"# launched at {launched:.3f}\n"
-        "Trained 40,000 steps at 2,000 steps/s (including updates).\n")
+        "Trained 20,000 steps at 9 steps/s (including updates).\n"
+        f"# launched at {launched:.3f}\n")
     return logdir
 
 
@@ -140,11 +151,16 @@ def test_plot_writes_a_png(bench, tmp_path):
     assert plot.main([str(tmp_path / "missing"), "--output", str(output)]) == 2
 
 
+def test_train_speed_is_read_from_the_event_files(bench, tmp_path):
+    # All phases' steps over all their seconds, not the mean of the phases' rates.
+    assert learning_benchmark.train_speed(bench / "fake" / "seed-0") == pytest.approx(1500.0)
+    assert learning_benchmark.train_speed(bench / "fake" / "seed-1") == pytest.approx(2000.0)
+    assert learning_benchmark.train_speed(bench / "fake" / "seed-2") is None
+    assert not (bench / "fake" / "seed-1" / learning_benchmark.LOG_NAME).exists()
+    assert learning_benchmark.train_speed(tmp_path / "missing") is None
+
+
 def test_benchmark_helpers():
-    assert learning_benchmark.train_speed(
-        "Trained 20,000 steps at 1,000 steps/s\nTrained 40,000 steps at 2,000 steps/s\n"
-    ) == pytest.approx(1500.0)
-    assert learning_benchmark.train_speed("no such line") is None
     assert learning_benchmark.parse_thresholds(["cartpole=475", "pendulum=-250"]) == {
         **learning_benchmark.DEFAULT_THRESHOLDS, "pendulum": -250.0, "cartpole": 475.0}
     assert learning_benchmark.launch_times(
@@ -185,7 +201,8 @@ def test_report_table_holds_the_expected_numbers(bench, tmp_path):
     # final step, final return, best return, steps to threshold, training seconds,
     # seconds from the command, hours, hours per 1M steps, steps/s
     assert rows["0"][:4] == ["60,000", "-200.0", "-200.0", "60,000"]
-    assert rows["0"][8] == "1,500"
+    assert rows["0"][8] == "1,500"  # From the event files (train.log says 9).
+    assert rows["1"][8] == "2,000"  # From the event files, without a train.log.
     assert rows["1"][:4] == ["60,000", "-150.0", "-150.0", "40,000"]
     assert rows["2"][:6] == ["60,000", "-260.0", "-260.0", "not reached", "not reached",
                              "not reached"]

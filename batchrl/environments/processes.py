@@ -9,15 +9,14 @@ size and starts one `ExternalProcess` worker per group, hosting an `EnvGroup` of
 `batchrl.environments.process_group`; that module describes the two channels between the parent and
 each worker and the shared memory they step through.
 
-Why this design (measured on the 2-core machine, `scripts/parallel_step_benchmark.py`):
-ExternalProcess's pickled request and reply cost about 20 us of CPU on each side per worker;
-with environments that do nothing, a batch step of 32 in 2 workers took 130 us of wall time
-(165 us of CPU) that way and 63 us (72 us) with single bytes on FIFOs. Nobody busy-waits:
-workers block in `read` between commands, the parent in `poll`. A worker spinning 50 us for
-its next command saved 30-40 us per step in a prototype whose parent did nothing between
-steps, but nothing once the parent computed for 100 us between steps (as a policy does), while
-burning CPU the parent needs on 2 cores; the parent spinning for the last worker's reply
-gained nothing measurable with HalfCheetah or Pendulum.
+Why this design (the measurements are in docs/throughput.md, "Why the code is as it is"):
+commands and replies are single bytes on FIFOs, not `ExternalProcess`'s pickled messages,
+whose pickling costs CPU on both sides of every worker and was a large part of a batch
+step's time when the environments themselves cost nothing. Nobody busy-waits: workers
+block in `read` between commands, the parent in `poll`. A worker spinning for its next
+command helped only while the parent did nothing between steps, not once the parent
+computed a policy, and burned CPU that the parent needs on 2 cores; the parent spinning
+for the last worker's reply gained nothing measurable.
 """
 
 import contextlib

@@ -93,7 +93,8 @@ class ExternalProcess:
     have TensorFlow loaded) and does not import TensorFlow, nor the parent's `__main__`
     module: the constructor is sent pickled with `cloudpickle`, which pickles functions and
     classes defined in `__main__` (and lambdas) by value. The fork server preloads this
-    module (Gymnasium, NumPy), so a worker starts in about 10 ms plus the constructor's time.
+    module (Gymnasium, NumPy), so a worker starts in milliseconds plus the constructor's
+    time (docs/throughput.md, "Why the code is as it is").
 
     `step`, `reset`, `call` and attribute reads are forwarded to the environment. Any
     exception in the worker is raised here as `WorkerError` with the worker's traceback; the
@@ -137,7 +138,8 @@ class ExternalProcess:
             self._process.start()
         # Only the worker may hold its end: when it dies, the parent then reads end-of-file.
         worker_conn.close()
-        # A `select.poll` object made once is much cheaper than `Connection.poll` (~20 us).
+        # A `select.poll` object made once is much cheaper than `Connection.poll`, which
+        # builds a new selector on every call (docs/throughput.md).
         self._poller = select.poll()
         self._poller.register(self._conn.fileno(), select.POLLIN)
         self._finalizer = weakref.finalize(self, _shutdown, self._process, self._conn)
@@ -383,8 +385,9 @@ def starting_workers(context):
     - Holds a lock, so that concurrent starts do not interleave.
     - Makes the fork server, if it is not running yet, import this module (Gymnasium,
       NumPy) once before it forks: workers then start in milliseconds instead of importing
-      Gymnasium each (~150 ms). This replaces the fork server's default preload of
-      `__main__`, which workers do not need.
+      Gymnasium each, which takes far longer (docs/throughput.md, "Why the code is as it
+      is"). This replaces the fork server's default preload of `__main__`, which workers
+      do not need.
     - Hides the parent's `__main__` module: spawn and forkserver children normally
       re-import it (a training script that imports TensorFlow, or `<stdin>`, which fails).
       Workers need nothing from it: constructors that live in `__main__` are pickled by

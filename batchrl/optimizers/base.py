@@ -71,6 +71,31 @@ def gradients(tape, value, variables):
             else gradient for gradient, variable in zip(gradients, variables, strict=True)]
 
 
+def apply_clipped(optimizer, gradients, variables, max_norm=None):
+    """One step of a Keras optimizer on `gradients`, clipped to the global norm `max_norm`.
+
+    The gradients (one per variable, as one vector) keep their direction and are scaled
+    by `max_norm / norm` when their global norm `norm` exceeds `max_norm`
+    (`tf.clip_by_global_norm`; Pascanu et al. 2013, arXiv:1211.5063, algorithm 2).
+
+    Args:
+      optimizer: a `keras.optimizers.Optimizer`.
+      gradients: list of tensors of the variables' shapes (None entries count as zero in
+        the norm and are passed on as None).
+      variables: list of `tf.Variable`s.
+      max_norm: float > 0, or None / 0 for no clipping.
+
+    Returns:
+      `(applied, norm)`: the optimizer's `apply_gradients` result (to wait for) and the
+      float32 scalar global norm of `gradients` before clipping.
+    """
+    norm = tf.linalg.global_norm(gradients)
+    if max_norm:
+        gradients, _ = tf.clip_by_global_norm(gradients, max_norm, use_norm=norm)
+    applied = optimizer.apply_gradients(zip(gradients, variables, strict=True))
+    return applied, norm
+
+
 def dot(first, second):
     """The inner product of two lists of tensors of equal shapes; float32 scalar."""
     return tf.add_n([tf.reduce_sum(a * b) for a, b in zip(first, second, strict=True)])

@@ -32,13 +32,10 @@ class KerasOptimizer(base.Optimizer):
         with tf.GradientTape() as tape:
             loss = loss_fn()
         gradients = base.gradients(tape, loss, variables)
-        norm = tf.linalg.global_norm(gradients)
-        if self._max_gradient_norm:
-            gradients, _ = tf.clip_by_global_norm(
-                gradients, self._max_gradient_norm, use_norm=norm)
         before = base.read(variables)
         with tf.control_dependencies(before):
-            applied = self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            applied, norm = base.apply_clipped(
+                self.optimizer, gradients, variables, self._max_gradient_norm)
         with tf.control_dependencies([applied]):
             deltas = [variable - start for variable, start in zip(variables, before, strict=True)]
         return deltas, {"loss": loss, "gradient_norm": norm}

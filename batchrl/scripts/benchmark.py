@@ -28,8 +28,8 @@ and optimizing the step function) and the seconds from the launch of
 the training command (Python's and TensorFlow's start-up included); the run's total
 wall-clock hours and hours per 1M steps (from the creation of the run's event files,
 without the pauses between resumed processes, see batchrl-plot); and the training
-steps/s that the training command printed (train phases including the PPO updates,
-averaged over resumed processes). Configs with a target (TARGETS: the issue's time
+steps/s (`train_speed`: the train phases' steps over their seconds, updates included, from
+the event files). Configs with a target (TARGETS: the issue's time
 targets, published tuned PPO returns at 1M steps) get a line saying whether it is met.
 """
 
@@ -57,10 +57,9 @@ NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's head
 # steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
 # (and `worst_seconds` and `command_seconds` on every seed). `median_seconds_untraced`
 # leaves out the time spent tracing and optimizing the step function, as the JAX peer's
-# 4.4 s for pendulum_native leaves out its compilation (issue "Learn fast": 4.1-6.2 s of
-# training, 7.6-10.7 s with compilation); the table shows both. `peer_steps_per_second`:
-# a figure to report the median train steps/s beside (the same peer: about 45k steps/s,
-# its updates included), not a check.
+# figure for pendulum_native leaves out its compilation (docs/performance.md, "Why the code
+# is as it is"); the table shows both. `peer_steps_per_second`: the same peer's train
+# steps/s, updates included, to report the median beside, not a check.
 TARGETS = {
     "pendulum": dict(median_seconds=10, worst_seconds=15, max_steps=40_000,
                      command_seconds=30),
@@ -119,16 +118,25 @@ def launch_times(log_text):
                                                  re.MULTILINE)]
 
 
-def train_speed(log_text):
-    """Training steps/s over the `Trained N steps at R steps/s` lines of a run's log (one
-    per training process): total steps over total seconds; None without such a line."""
-    steps = seconds = 0.0
-    for count, rate in re.findall(r"Trained ([\d,]+) steps at ([\d,.]+) steps/s", log_text):
-        count, rate = float(count.replace(",", "")), float(rate.replace(",", ""))
-        if rate > 0:
-            steps += count
-            seconds += count / rate
-    return steps / seconds if seconds else None
+def train_speed(path):
+    """A run's training steps/s, updates included, from its event files (`path`/train).
+
+    The Loop writes at the end of each train phase `time/train_steps_per_second` and
+    `time/train_phase_seconds`; this is all phases' steps over all their seconds, those
+    of every resumed process included (what `batchrl-train` prints as `Trained N steps at
+    R steps/s`, over the whole run). None for a run without them (one written before the
+    Loop wrote them, or without a finished train phase).
+    """
+    train = pathlib.Path(path) / "train"
+    if not train.is_dir():
+        return None
+    speeds = read_scalars(train, "time/train_steps_per_second")
+    seconds = read_scalars(train, "time/train_phase_seconds")
+    if not speeds or len(speeds) != len(seconds):
+        return None
+    total = sum(phase.value for phase in seconds)
+    steps = sum(speed.value * phase.value for speed, phase in zip(speeds, seconds, strict=True))
+    return steps / total if total > 0 else None
 
 
 def summarize(run, threshold=None):
@@ -142,7 +150,7 @@ def summarize(run, threshold=None):
       seconds since the event files were created) and `command_seconds` (from the launch
       of the training process to that eval, None without its launch time in train.log),
       each None when not reached or without threshold, `total_hours`, `hours_per_million`
-      (total hours per 1M steps) and `steps_per_second` (None without train.log).
+      (total hours per 1M steps) and `steps_per_second` (`train_speed`).
     """
     scores = run.series.get("eval")
     row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
@@ -167,8 +175,7 @@ def summarize(run, threshold=None):
     row["final_step"] = max([checkpoint_step(run.path), *last_steps]) or None
     if row["final_step"]:
         row["hours_per_million"] = row["total_hours"] / row["final_step"] * 1e6
-    if log_text:
-        row["steps_per_second"] = train_speed(log_text)
+    row["steps_per_second"] = train_speed(run.path)
     return row
 
 
@@ -413,9 +420,9 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         "before the first step); seconds from the command: from the launch of the training process "
         "(Python's and TensorFlow's start-up included). Hours are wall-clock time from the "
         "creation of the run's event files (pauses between resumed processes left out). "
-        "Train steps/s: the training command's own figure (train phases with updates, "
-        "without evaluation). The plots show the median and the 25th–75th percentiles over "
-        "seeds, and each seed as a thin line.", ""]
+        "Train steps/s: the train phases' steps over their wall-clock seconds (updates "
+        "included, evaluation not), from the event files. The plots show the median and "
+        "the 25th–75th percentiles over seeds, and each seed as a thin line.", ""]
     sections = {config: _kept_section(section, logdir) for config, section in kept.items()}
     for config, seeds in runs.items():
         lines, before = [], lines

@@ -82,11 +82,11 @@ def inter_op_threads(config):
     default, one per core): `config.inter_op_threads`, or when that is None, 1 for
     Gymnasium environments stepped in this process and for EnvPool, and 0 otherwise.
 
-    Measured on the 2-core machine of docs/performance.md: with the environments in this
-    process, one thread (running a step's ops one after another, none handed between
-    threads) saved about 40 us per batch step of 32 Pendulums, and BatchPPO's updates were
-    no slower; with worker processes (`env_backend: processes`) and with the in-graph environments
-    of `batchrl.envs` the default was faster.
+    With the environments in this process, one thread runs a step's ops one after another,
+    none handed between threads, which made batch steps faster and BatchPPO's updates no
+    slower; with worker processes (`env_backend: processes`) and with the in-graph
+    environments of `batchrl.envs` the default was faster (docs/throughput.md, "Why the
+    code is as it is").
     """
     from batchrl import environments
 

@@ -49,7 +49,11 @@ class Loop:
     - `train`: `is_training` and `should_log` are true (sampled actions, learning on) for
       `eval_every` environment steps (`steps` counts every agent's step); the global `step`
       variable counts these steps. `mean_score` / `mean_length` are written every
-      `log_every` steps and at the end of the phase to `LOGDIR/train`. Then a checkpoint.
+      `log_every` steps and at the end of the phase to `LOGDIR/train`, and at its end, at
+      the global step, `time/train_steps_per_second` (the phase's training steps over its
+      wall-clock seconds, updates included: `PhaseResult.steps_per_second`) and
+      `time/train_phase_seconds` (those seconds), from which `batchrl-benchmark` averages
+      a run's speed over phases and resumed processes. Then a checkpoint.
     - `eval`: `is_training` and `should_log` are false (mean actions, no learning). In
       rounds, every agent starts an episode and the first episode each agent finishes is
       counted, until at least `eval_episodes` episodes are counted; their `mean_score` /
@@ -253,8 +257,12 @@ class Loop:
                 logged = len(scores)
             step = after
             bar.update(count * batch)
-        return PhaseResult("train", step, step - start_step, time.time() - start_time,
-                           scores, lengths)
+        result = PhaseResult("train", step, step - start_step, time.time() - start_time,
+                             scores, lengths)
+        with self._writers["train"].as_default(step=step):
+            tf.summary.scalar("time/train_steps_per_second", result.steps_per_second)
+            tf.summary.scalar("time/train_phase_seconds", result.seconds)
+        return result
 
     def _write_scores(self, name, step, scores, lengths, **scalars):
         """Writes `mean_score`, `mean_length` and `scalars` (tag -> value) to the `name`

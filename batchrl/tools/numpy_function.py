@@ -29,8 +29,8 @@ def keep_python_thread_state():
 
     Call it first in a function run by `tf.numpy_function`. TensorFlow runs such a function
     on one of its own threads with `PyGILState_Ensure` / `PyGILState_Release`; for a thread
-    unknown to Python these create and destroy a whole thread state around every call,
-    about 40 us of each environment step on the 2-core machine of docs/performance.md. One
+    unknown to Python these create and destroy a whole thread state around every call, a
+    large part of a cheap environment step (docs/throughput.md, "Why the code is as it is"). One
     extra `PyGILState_Ensure`, never released, makes the state outlive the call: later
     calls only take the GIL. It holds one thread state per TensorFlow thread (a few), freed
     when the interpreter exits.
@@ -58,8 +58,8 @@ def skip_needless_output_conversions():
 
     TensorFlow's registry of Python functions (`script_ops._py_funcs`) converts each
     returned value with `numpy_compat.np_asarray(value, order="C")`, which builds a
-    `numpy.lib.NumpyVersion` (a regular expression match) on every call, about 7 us per
-    output on the 2-core machine of docs/performance.md. For a C-contiguous `ndarray` of a
+    `numpy.lib.NumpyVersion` (a regular expression match) on every call, for every output
+    (docs/throughput.md, "Why the code is as it is"). For a C-contiguous `ndarray` of a
     numeric or bool dtype that call returns the array itself; this returns it directly and
     leaves every other value to TensorFlow's conversion, so the results are the same
     objects as before. It applies to every `tf.numpy_function` of the process, and calling

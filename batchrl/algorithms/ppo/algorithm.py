@@ -12,6 +12,7 @@ from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.ppo import losses
+from batchrl.optimizers.base import apply_clipped
 from batchrl.tools.streaming import StreamingNormalize
 
 
@@ -265,11 +266,7 @@ class PPO(OnPolicyAlgorithm):
         """One optimizer step on `loss`; returns the gradient's global norm before clipping."""
         variables = model.trainable_variables
         gradients = tape.gradient(loss, variables)
-        norm = tf.linalg.global_norm(gradients)
-        if self._config.max_gradient_norm:
-            gradients, _ = tf.clip_by_global_norm(
-                gradients, self._config.max_gradient_norm, use_norm=norm)
-        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        _, norm = apply_clipped(optimizer, gradients, variables, self._config.max_gradient_norm)
         return norm
 
     def _value_step(self, minibatch):

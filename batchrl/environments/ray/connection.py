@@ -15,8 +15,8 @@ __all__ = ["RayUnavailable", "connect", "disconnect"]
 # inside Ray's replies, not through the store (larger observations, e.g. images, do).
 _OBJECT_STORE_BYTES = 256 * 2**20
 
-# The least time allowed for starting or joining Ray, in seconds (a local start took 5-8 s
-# on the loaded 2-core machine of docs/scaling.md).
+# The least time allowed for starting or joining Ray, in seconds: several times what a local
+# start took on the loaded 2-core machine (docs/throughput.md, "Why the code is as it is").
 START_SECONDS = 60.0
 
 
