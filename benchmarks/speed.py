@@ -20,17 +20,18 @@ value together), and the ratio against the baseline measured in the same process
 
 `training`: a round trains every variant once, one after the other, each in its own `python
 -m batchrl.scripts.train` process (a fresh TensorFlow, as a user's run), for `--steps` steps
-without evaluation; its figure is the command's own "Trained N steps at R steps/s
-(including updates)", which leaves out start-up and tracing. Reported per variant: every
-round's steps/s, the median, and the median over rounds of its ratio to the baseline of the
-same round (the host's speed drifts between rounds; a ratio within a round is steadier than
-one of medians). With `--parallel 2`, two copies of each variant train at the same time (the
-figure is their mean), as when several seeds share the machine.
+without evaluation; its figure is the run's training steps/s (updates included) that the
+Loop writes to its event files (`batchrl.scripts.benchmark.train_speed`, what the command
+prints as "Trained N steps at R steps/s"), which leaves out start-up and tracing.
+Reported per variant: every round's steps/s, the median, and the median over rounds of its
+ratio to the baseline of the same round (the host's speed drifts between rounds; a ratio
+within a round is steadier than one of medians). With `--parallel 2`, two copies of each
+variant train at the same time (the figure is their mean), as when several seeds share the
+machine.
 """
 
 import argparse
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -39,9 +40,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from batchrl.scripts.benchmark import train_speed
 
-_TRAINED = re.compile(r"Trained ([\d,]+) steps at ([\d,]+) steps/s")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def parse_variant(text):
@@ -172,8 +173,8 @@ def train_rate(config, overrides, steps, logdir):
     """Trains `config` with `overrides` for `steps` steps into `logdir`; returns its steps/s.
 
     Raises:
-      RuntimeError: the command failed or printed no "Trained" line (its output's tail is
-        in the message).
+      RuntimeError: the command failed or wrote no train speed to its event files (its
+        output's tail is in the message).
     """
     sets = [f"steps={steps}", f"eval_every={10 * steps}", *overrides]
     command = [sys.executable, "-m", "batchrl.scripts.train", f"--config={config}",
@@ -182,12 +183,12 @@ def train_rate(config, overrides, steps, logdir):
         command += ["--set", item]
     result = subprocess.run(command, capture_output=True, text=True,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    match = _TRAINED.search(result.stdout)
-    if result.returncode != 0 or not match:
+    rate = train_speed(logdir) if result.returncode == 0 else None
+    if rate is None:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
         raise RuntimeError(f"training with {' '.join(sets)} failed (exit "
                            f"{result.returncode}):\n{tail}")
-    return float(match.group(2).replace(",", ""))
+    return rate
 
 
 def measure_round(config, variants, steps, parallel, root, round_index):
