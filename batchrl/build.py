@@ -1,6 +1,6 @@
 """Building the algorithm of a config: the in-graph environment, the algorithm (BatchPPO,
-TRPO, A2C or one of `build_algorithm`) and its checkpoint (shared by `train`, `visualize`,
-`export` and `batchrl.Agent`)."""
+TRPO, A2C, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
+`train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
 import importlib
@@ -11,7 +11,11 @@ import tensorflow as tf
 from batchrl import configs, environments
 from batchrl.algorithms.a2c import A2C
 from batchrl.algorithms.builder import FunctionalAlgorithm
+from batchrl.algorithms.dqn import DQN
+from batchrl.algorithms.off_policy import OffPolicyAlgorithm
 from batchrl.algorithms.ppo import PPO
+from batchrl.algorithms.sac import SAC
+from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.networks import NETWORKS
@@ -19,7 +23,7 @@ from batchrl.networks import NETWORKS
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
 # The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
-ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C}
+ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "sac": SAC, "td3": TD3, "dqn": DQN}
 _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 
 
@@ -151,6 +155,8 @@ def build(config, batch_env, process_eager=True):
     try:
         algo = algorithm(in_graph, step, is_training, should_log, algo_config)
     except ValueError as error:  # The networks check the spaces they are built for.
+        if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
+            raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None
         raise configs.ConfigError(
             f"config key 'network' is {config.network!r}: {error}") from None
     finally:

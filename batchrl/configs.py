@@ -26,15 +26,20 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "update_epochs", "policy_lr", "value_lr", "kl_target", "kl_cutoff_factor",
              "init_std", "init_mean_factor", "max_length", "max_gradient_norm",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
-             "num_workers", "observ_clip", "reward_clip", "worker_cpus"}
+             "num_workers", "observ_clip", "reward_clip", "worker_cpus", "replay_capacity",
+             "updates_per_step", "n_step", "target_update_rate", "target_update_every",
+             "init_temperature", "policy_delay"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
-                 "inter_op_threads", "entropy_coef", "worker_restarts"}
+                 "inter_op_threads", "entropy_coef", "worker_restarts", "learning_starts",
+                 "target_noise", "target_noise_clip"}
 _UNIT_INTERVAL = {"discount", "gae_lambda"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
-_OPTIONAL_FLOAT = {"max_gradient_norm"}
+_OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy"}
+# Mappings or null, checked in full by the algorithm that reads them (build.check).
+_OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
-ALGORITHMS = ("ppo", "trpo", "a2c")
+ALGORITHMS = ("ppo", "trpo", "a2c", "sac", "td3", "dqn")
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
@@ -113,9 +118,14 @@ def _check_value(key, value, default):
     if key == "algorithm":
         return _check_algorithm(value)
     if value is None:
-        if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT or key in _OPTIONAL_STR:
+        if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT or key in _OPTIONAL_STR or (
+                key in _OPTIONAL_MAPPING):
             return None
         raise ConfigError(f"{where} must not be null")
+    if key in _OPTIONAL_MAPPING:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where} must be a mapping or null, got {value!r}")
+        return value
     if key in _OPTIONAL_STR:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where} must be a non-empty string or null, got {value!r}")

@@ -74,17 +74,20 @@ class OnPolicyAlgorithm:
       histograms: tuple of str, the entries of `_update_step`'s result that `_train` writes
         as histograms over the valid steps (the others but `mask` are scalars).
       config_keys: frozenset of str, the config keys the algorithm reads other than those
-        of the run (`env`, `steps`, `seed`, `max_length`, ...) and of the network
-        (`policy_layers`, ...). `batchrl.build.algorithm_class` refuses a config that sets
-        one of another algorithm's keys to other than its default when this algorithm does
-        not read it; a subclass that reads more keys adds them.
+        of the run (`env`, `steps`, `seed`, `max_length`, ...) and the hidden layers
+        (`policy_layers`, `value_layers`, `activation`), which the off-policy algorithms
+        read too; `network` and its initializers are listed, which they do not.
+        `batchrl.build.algorithm_class` refuses a config that sets one of another
+        algorithm's keys to other than its default when this algorithm does not read it; a
+        subclass that reads more keys adds them.
     """
 
     name = "on_policy"  # The name scope of the variables and of the summaries.
     histograms = ("advantage",)
     config_keys = frozenset({
         "update_every", "discount", "normalize_observ", "normalize_reward", "observ_clip",
-        "reward_clip", "reward_normalizer"})
+        "reward_clip", "reward_normalizer", "network", "init_std", "init_mean_factor",
+        "orthogonal_init"})
 
     def __init__(self, batch_env, step, is_training, should_log, config):
         self._batch_env = batch_env

@@ -1,0 +1,124 @@
+"""Deep Q-networks inside the TensorFlow graph, with double Q-learning and an optional
+dueling head.
+
+Mnih et al., "Human-level control through deep reinforcement learning", Nature 518 (2015);
+van Hasselt, Guez, Silver, "Deep Reinforcement Learning with Double Q-learning", AAAI 2016;
+Wang et al., "Dueling Network Architectures for Deep Reinforcement Learning", ICML 2016.
+"""
+
+import tensorflow as tf
+
+from batchrl.algorithms import exploration as exploration_lib
+from batchrl.algorithms import off_policy, q_networks
+
+
+def double_q_target(reward, discount, next_online_q, next_target_q, double=True):
+    """The bootstrapped target of DQN.
+
+    y = R + gamma_k Q'(s', argmax_a Q(s', a)) with double Q-learning (van Hasselt et al.
+    2016, eq. 4: the online network picks, the target network evaluates), else
+    y = R + gamma_k max_a Q'(s', a) (Mnih et al. 2015, algorithm 1).
+
+    Args:
+      reward, discount: float32 `[batch]` (discount 0 after a termination).
+      next_online_q, next_target_q: float32 `[batch, num_actions]`, Q(s', .) and Q'(s', .).
+      double: bool.
+
+    Returns:
+      float32 `[batch]`.
+    """
+    if double:
+        best = tf.argmax(next_online_q, -1, output_type=tf.int32)
+        value = tf.gather(next_target_q, best, batch_dims=1)
+    else:
+        value = tf.reduce_max(next_target_q, -1)
+    return reward + discount * value
+
+
+class DQN(off_policy.OffPolicyAlgorithm):
+    """DQN (Mnih et al. 2015) with double Q-learning (`double_q`) and a dueling head
+    (`dueling`).
+
+    One update: Q(s, a) fits `double_q_target` with the Huber loss (delta 1, Mnih et al.
+    2015, Methods: the clipped error term), weighted by the importance weights of
+    prioritized replay; the target network moves by `target_update_rate` every
+    `target_update_every` updates (rate 1: the periodic copy of Mnih et al.). Actions are
+    epsilon-greedy while training (`exploration`, default `{type: epsilon_decay, initial:
+    1.0, final: 0.05, steps: 10000}`), greedy otherwise and in exported models (`sample`:
+    epsilon-greedy with the final epsilon).
+
+    Args:
+      as for `OffPolicyAlgorithm`; config also `double_q` and `dueling`. `value_lr` is the
+      learning rate and `value_layers` the hidden sizes of the Q network.
+
+    Raises:
+      ValueError: if the action space is not `Discrete`.
+    """
+
+    name = "dqn"
+    discrete_actions = True
+    default_batch_size = 64
+    default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
+                           "steps": 10000}
+    config_keys = (off_policy.OffPolicyAlgorithm.config_keys - {"policy_lr"}) | {
+        "double_q", "dueling"}
+
+    def _build_networks(self, batch_env, config):
+        self._count = int(batch_env.action_space.n)
+        observ = tf.zeros((1,) + self._observ_shape)
+
+        def q():
+            return q_networks.QNetwork(self._count, config.value_layers, config.activation,
+                                       bool(config.dueling))
+
+        self._q = q()
+        self._target_q = off_policy.target_of(self._q, q, observ)
+        self._optimizer = self._adam(config.value_lr)
+        self._optimizer.build(self._q.trainable_variables)
+        return off_policy.networks(policy=self._q)
+
+    @property
+    def _trackables(self):
+        return {"policy": self._q, "target_policy": self._target_q,
+                "policy_optimizer": self._optimizer}
+
+    def _greedy_action(self, observ):
+        return tf.argmax(self._q(observ), -1, output_type=tf.int32)
+
+    def _explore_action(self, observ):
+        return self._greedy_action(observ)
+
+    def _sampled_action(self, observ, generator):
+        greedy = self._greedy_action(observ)
+        count = tf.shape(greedy)
+        final = self._exploration.spec.get("final", 0.0)
+        random = tf.cast(tf.floor(generator.uniform(count) * self._count), tf.int32)
+        return tf.where(generator.uniform(count) < final, tf.minimum(random, self._count - 1),
+                        greedy)
+
+    def _update_step(self, batch):
+        config = self._config
+        target = tf.stop_gradient(double_q_target(
+            batch["reward"], batch["discount"], self._q(batch["nextob"]),
+            self._target_q(batch["nextob"]), bool(config.double_q)))
+        action = tf.cast(batch["action"], tf.int32)
+        with tf.GradientTape() as tape:
+            q = tf.gather(self._q(batch["observ"]), action, batch_dims=1)
+            td_error = q - target
+            error = tf.abs(td_error)
+            huber = tf.where(error < 1.0, 0.5 * tf.square(td_error), error - 0.5)
+            loss = tf.reduce_mean(batch["weight"] * huber)
+        norm = off_policy.apply_gradients(
+            tape, loss, self._q.trainable_variables, self._optimizer, config.max_gradient_norm)
+        with tf.control_dependencies([norm]):
+            targets = self._update_targets([(self._target_q, self._q)])
+        diagnostics = {"loss": loss, "q": tf.reduce_mean(q), "gradient_norm": norm,
+                       "epsilon": self._epsilon()}
+        return ({key: off_policy.after([targets], value) for key, value in diagnostics.items()},
+                error)
+
+    def _epsilon(self):
+        spec = self._exploration.spec
+        if spec["type"] != "epsilon_decay":
+            return tf.constant(0.0)
+        return exploration_lib.epsilon(spec, self._step)

@@ -1,0 +1,142 @@
+"""Exploration declared in the config: how an off-policy algorithm perturbs its actions
+while training.
+
+A spec is a mapping with a `type` and that type's keys (config key `exploration`):
+
+- `{type: epsilon_decay, initial: 1.0, final: 0.05, steps: 10000}` (discrete actions): a
+  uniformly random action with probability epsilon, which falls linearly from `initial` to
+  `final` over the first `steps` environment steps and stays there (Mnih et al. 2015,
+  "Human-level control through deep reinforcement learning", Methods);
+- `{type: gaussian, std: 0.1}` (`Box` actions in [-1, 1]): independent normal noise of
+  standard deviation `std` added to each action element, then clipped to [-1, 1]
+  (Fujimoto et al. 2018, arXiv:1802.09477, section 6.1);
+- `{type: ornstein_uhlenbeck, theta: 0.15, std: 0.2, dt: 0.01}` (`Box` actions): temporally
+  correlated noise per agent, x <- x - theta x dt + std sqrt(dt) N(0, 1), zeroed when an
+  episode begins, added and clipped the same way (Lillicrap et al. 2016, arXiv:1509.02971,
+  section 7);
+- `{type: none}`: the policy's own action (SAC samples from its stochastic policy).
+
+Exploration acts only while training; deterministic acting and exported models never see it.
+"""
+
+import tensorflow as tf
+
+# Each type's keys and their defaults.
+TYPES = {
+    "none": {},
+    "epsilon_decay": {"initial": 1.0, "final": 0.05, "steps": 10000},
+    "gaussian": {"std": 0.1},
+    "ornstein_uhlenbeck": {"theta": 0.15, "std": 0.2, "dt": 0.01},
+}
+_DISCRETE = ("none", "epsilon_decay")
+_CONTINUOUS = ("none", "gaussian", "ornstein_uhlenbeck")
+
+
+def parse(spec, discrete):
+    """The complete spec (defaults filled in) of the config's `exploration`.
+
+    Args:
+      spec: a mapping with key `type` and that type's keys, or None (`{type: none}`).
+      discrete: bool, whether the actions are discrete (indices) or continuous.
+
+    Returns:
+      dict with `type` and every key of the type, as floats (`steps` an int).
+
+    Raises:
+      ValueError: an unknown type or key, a type that does not fit the actions, a
+        negative value, or `steps` < 1; the message names the culprit.
+    """
+    spec = dict(spec or {"type": "none"})
+    kind = spec.pop("type", None)
+    if kind not in TYPES:
+        raise ValueError(f"exploration: unknown type {kind!r}; choices: {', '.join(TYPES)}")
+    allowed = _DISCRETE if discrete else _CONTINUOUS
+    if kind not in allowed:
+        actions = "discrete" if discrete else "continuous (Box)"
+        raise ValueError(f"exploration type {kind!r} does not fit {actions} actions; "
+                         f"choices: {', '.join(allowed)}")
+    unknown = sorted(set(spec) - set(TYPES[kind]))
+    if unknown:
+        raise ValueError(f"exploration {kind}: unknown key(s) {', '.join(unknown)}; "
+                         f"its keys: {', '.join(TYPES[kind]) or 'none'}")
+    result = {"type": kind}
+    for key, default in TYPES[kind].items():
+        value = spec.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"exploration {kind}: {key} must be a number >= 0, got {value!r}")
+        result[key] = int(value) if key == "steps" else float(value)
+    if kind == "epsilon_decay" and (result["steps"] < 1 or max(
+            result["initial"], result["final"]) > 1):
+        raise ValueError(f"exploration epsilon_decay: needs steps >= 1 and initial, final "
+                         f"in [0, 1]; got {result}")
+    return result
+
+
+def epsilon(spec, steps):
+    """The exploration rate of an `epsilon_decay` spec after `steps` environment steps
+    (int64 scalar tensor); float32 scalar."""
+    fraction = tf.minimum(tf.cast(steps, tf.float32) / float(spec["steps"]), 1.0)
+    return spec["initial"] + fraction * (spec["final"] - spec["initial"])
+
+
+class Exploration(tf.Module):
+    """The exploration of a spec for `num_agents` agents.
+
+    Args:
+      spec: a spec of `parse`.
+      num_agents: int, agents whose actions are perturbed (one noise state each).
+      action_shape: shape of one action (`()` for a discrete action).
+      num_actions: int, the number of discrete actions (None for `Box` actions).
+    """
+
+    def __init__(self, spec, num_agents, action_shape, num_actions=None, name="exploration"):
+        super().__init__(name=name)
+        self.spec = spec
+        self._num_actions = num_actions
+        self._noise = None
+        if spec["type"] == "ornstein_uhlenbeck":
+            with self.name_scope:
+                self._noise = tf.Variable(
+                    tf.zeros((num_agents,) + tuple(action_shape)), trainable=False,
+                    name="noise")
+
+    def reset(self, agent_indices):
+        """Zeroes the noise state of agents beginning an episode (int32 `[n]`); returns
+        the operation (None when there is no state)."""
+        if self._noise is None:
+            return None
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        zeros = tf.zeros(tf.concat([tf.shape(rows)[:1], tf.shape(self._noise)[1:]], 0))
+        return self._noise.scatter_nd_update(rows, zeros)
+
+    def __call__(self, agent_indices, action, steps, generator):
+        """The explored actions.
+
+        Args:
+          agent_indices: int32 `[n]`, whose actions these are.
+          action: the policy's actions, float32 `[n, *action_shape]` in [-1, 1] or int32
+            `[n]` indices.
+          steps: int64 scalar, environment steps trained so far (for `epsilon_decay`).
+          generator: the `tf.random.Generator` to draw with.
+
+        Returns:
+          Actions of the same shape and dtype.
+        """
+        kind = self.spec["type"]
+        if kind == "none":
+            return action
+        if kind == "epsilon_decay":
+            count = tf.shape(action)[0]
+            explore = generator.uniform([count]) < epsilon(self.spec, steps)
+            random = generator.uniform([count], 0, self._num_actions, dtype=tf.int32)
+            return tf.where(explore, tf.cast(random, action.dtype), action)
+        if kind == "gaussian":
+            noise = self.spec["std"] * generator.normal(tf.shape(action))
+            return tf.clip_by_value(action + noise, -1.0, 1.0)
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        state = tf.gather_nd(self._noise, rows)
+        theta, std, dt = self.spec["theta"], self.spec["std"], self.spec["dt"]
+        state = state - theta * state * dt + std * dt ** 0.5 * generator.normal(
+            tf.shape(state))
+        with tf.control_dependencies([self._noise.scatter_nd_update(rows, state)]):
+            return tf.clip_by_value(action + state, -1.0, 1.0)

@@ -1,0 +1,397 @@
+"""What off-policy algorithms share: acting with exploration, a replay memory filled from
+every batch step, and gradient updates on sampled batches inside the same graph call.
+
+Mnih et al. 2015 (experience replay, target networks); Schaul et al. 2016,
+arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step returns).
+"""
+
+import types
+
+import keras
+import tensorflow as tf
+
+from batchrl.algorithms import exploration as exploration_lib
+from batchrl.algorithms.replay import ReplayMemory
+from batchrl.optimizers import base as optimizers_base
+from batchrl.tools import nested
+from batchrl.tools.streaming import StreamingNormalize
+
+
+def after(dependencies, value):
+    """`value` (`tf.identity`) once the operations `dependencies` (None ignored) ran."""
+    with tf.control_dependencies([d for d in dependencies if d is not None]):
+        return tf.identity(value)
+
+
+def polyak(target, online, rate):
+    """Moves the `target` variables towards the `online` ones: t <- rate * o + (1 - rate)
+    * t (Lillicrap et al. 2016, arXiv:1509.02971, algorithm 1; rate 1 copies). Returns
+    the assignments."""
+    return [t.assign(rate * o + (1.0 - rate) * t)
+            for t, o in zip(target, online, strict=True)]
+
+
+def apply_gradients(tape, loss, variables, optimizer, max_norm):
+    """One optimizer step on `loss` (recorded on `tape`) for `variables`, the gradient
+    clipped to the global norm `max_norm` first when it is set; returns the global norm
+    before clipping (float32 scalar)."""
+    applied, norm = optimizers_base.apply_clipped(
+        optimizer, tape.gradient(loss, variables), variables, max_norm)
+    return after([applied], norm)
+
+
+def target_of(model, build, *inputs):
+    """A target network of `model`: `build()` makes a model of the same architecture,
+    which is built by calling both on the example `inputs` and given `model`'s weights."""
+    target = build()
+    model(*inputs)
+    target(*inputs)
+    for t, o in zip(target.variables, model.variables, strict=True):
+        t.assign(o)
+    return target
+
+
+def networks(**models):
+    """The `networks` of an off-policy algorithm: a namespace of its models (`policy` is
+    the one `export` saves)."""
+    return types.SimpleNamespace(**models)
+
+
+class OffPolicyAlgorithm:
+    """The `begin_episodes / perform / experience / end_episodes` of an algorithm that
+    learns from a replay memory; a subclass adds its networks and the update.
+
+    `perform` acts with the subclass's policy (`_explore_action` while training, with the
+    config's `exploration` on top; `_greedy_action` otherwise). While `is_training` is
+    true, `experience` stores the batch step's transitions in the `ReplayMemory` (n-step
+    returns that stop at terminations and bootstrap at truncations) and, once the memory
+    holds `learning_starts` transitions, runs `updates_per_step` updates per agent stepped
+    (a fractional ratio carries its remainder to the next step) on sampled batches of
+    `batch_size`, inside the same graph call (`_update`, compiled with XLA when
+    `jit_update`). `end_episodes` has nothing to do: transitions are stored as they come.
+
+    Observations are normalized with running statistics when `normalize_observ` (stored
+    raw, normalized when acting and when sampled); rewards are used as they are.
+
+    Args:
+      batch_env: an in-graph batch environment (its `terminated` variable tells
+        terminations from truncations).
+      step: the global step variable (environment steps; drives exploration schedules).
+      is_training, should_log: bool scalar tensors or variables.
+      config: with `discount`, `normalize_observ`, `observ_clip`, `replay_capacity`,
+        `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
+        `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
+        epsilon}`), `save_replay`, `exploration` (None: the subclass's
+        `default_exploration`), `target_update_rate`, `target_update_every`, `policy_lr`,
+        `value_lr`, `max_gradient_norm`, `jit_update`, `log_every`, `policy_layers`,
+        `value_layers`, `activation`, `seed`.
+
+    Raises:
+      ValueError: a bad `exploration` spec, replay setting or action space.
+    """
+
+    name = "off_policy"
+    discrete_actions = False  # Whether the algorithm acts with Discrete or with Box actions.
+    default_batch_size = 256
+    default_exploration = None
+    config_keys = frozenset({
+        "discount", "normalize_observ", "observ_clip", "replay_capacity", "learning_starts",
+        "updates_per_step", "batch_size", "n_step", "prioritized_replay", "save_replay",
+        "exploration", "target_update_rate", "target_update_every", "policy_lr", "value_lr",
+        "max_gradient_norm", "jit_update"})
+    state_size = 0  # Feed-forward policies only.
+
+    def __init__(self, batch_env, step, is_training, should_log, config):
+        self._batch_env = batch_env
+        self._step = step
+        self._is_training = is_training
+        self._should_log = should_log
+        self._config = config
+        self._num_agents = len(batch_env)
+        self._observ_shape = tuple(batch_env.observ.shape[1:])
+        self._action_shape = tuple(batch_env.action.shape[1:])
+        self._discrete = not batch_env.action.dtype.is_floating
+        if self._discrete != self.discrete_actions or (
+                self._discrete and self._action_shape != ()):
+            raise ValueError(
+                f"{self.name} needs a Discrete action space; use sac or td3 for Box actions"
+                if self.discrete_actions else
+                f"{self.name} needs continuous (Box) actions; use dqn for Discrete ones")
+        _check_config(config)
+        self._batch_size = int(config.batch_size or self.default_batch_size)
+        self._observ_filter = StreamingNormalize(
+            self._observ_shape, center=config.normalize_observ,
+            scale=config.normalize_observ,
+            clip=config.observ_clip if config.normalize_observ else None,
+            mask=nested.normalized_elements(batch_env.observation_space),
+            name="normalize_observ")
+        self._random = tf.random.Generator.from_seed(config.seed)
+        spec = config.exploration if config.exploration is not None else (
+            self.default_exploration)
+        space = batch_env.action_space
+        self._exploration = exploration_lib.Exploration(
+            exploration_lib.parse(spec, self._discrete), self._num_agents, self._action_shape,
+            int(space.n) if self._discrete else None)
+        observ_dtype = _storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
+        self._memory = ReplayMemory(
+            (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
+            int(config.replay_capacity), self._num_agents, n_step=int(config.n_step),
+            discount=float(config.discount), prioritized=config.prioritized_replay,
+            seed=config.seed + 1)
+        with tf.name_scope(self.name):
+            # Updates owed: updates_per_step per transition, whole ones run at once.
+            self._debt = tf.Variable(0.0, trainable=False, name="update_debt")
+            self._updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+            self._logged_at = tf.Variable(
+                tf.constant(-(2 ** 62), tf.int64), trainable=False, name="logged_at")
+        self._networks = self._build_networks(batch_env, config)
+        jit = bool(config.jit_update)
+        self._update = tf.function(self._update_many, jit_compile=jit, autograph=False)
+
+    # --- What a subclass provides. ---
+
+    def _build_networks(self, batch_env, config):
+        """Builds the networks, targets and optimizers; returns `networks(policy=...)`
+        (`policy`: the model `export` saves)."""
+        raise NotImplementedError
+
+    def _greedy_action(self, observ):
+        """The deterministic action for normalized observations `[n, ...]`."""
+        raise NotImplementedError
+
+    def _explore_action(self, observ):
+        """The training action before `exploration`, for normalized observations."""
+        raise NotImplementedError
+
+    def _sampled_action(self, observ, generator):
+        """The `sample` signature's action of an exported model (draws with `generator`,
+        which has `normal` and `uniform`); default: the greedy action."""
+        del generator
+        return self._greedy_action(observ)
+
+    def _update_step(self, batch):
+        """One gradient update on a sampled batch (dict of `ReplayMemory.sample` with
+        normalized float32 `observ` and `nextob`); returns `(diagnostics, td_error)`:
+        a dict of float32 scalars and float32 `[batch_size]` for the priorities."""
+        raise NotImplementedError
+
+    @property
+    def _trackables(self):
+        """The subclass's networks, targets and optimizers, for the checkpoint."""
+        raise NotImplementedError
+
+    # --- The interface of simulate, export and the Agent. ---
+
+    @property
+    def checkpoint_state(self):
+        """Trackables that define training: the networks, targets and optimizers, the
+        normalizer, the random generator and the update counters; the replay memory with
+        `save_replay: true` (a resumed run continues with the same contents)."""
+        state = dict(self._trackables, observ_filter=self._observ_filter,
+                     random=self._random, update_debt=self._debt, updates=self._updates)
+        if self._config.save_replay:
+            state["replay"] = self._memory
+        return state
+
+    @property
+    def progress_state(self):
+        """What `checkpoint_state` leaves out and an exactly continued Agent needs: the
+        replay memory (unless already there) and the exploration's noise state."""
+        state = {"exploration": self._exploration}
+        if not self._config.save_replay:
+            state["replay"] = self._memory
+        return state
+
+    @property
+    def networks(self):
+        return self._networks
+
+    @property
+    def updates(self):
+        """int64 variable, the gradient updates done."""
+        return self._updates
+
+    @property
+    def memory(self):
+        """The `ReplayMemory`."""
+        return self._memory
+
+    def policy_action(self, observ, state, generator=None):
+        """The action for raw observations (float32 `[n, *observation_shape]`) without
+        exploration and changing no variable; with `generator`, the exported `sample`
+        action. Returns `(action, state)` (the state, `[n, 0]`, passes through)."""
+        normalized = self._observ_filter.transform(observ)
+        if generator is None:
+            return self._greedy_action(normalized), state
+        return self._sampled_action(normalized, generator), state
+
+    def begin_episodes(self, agent_indices):
+        """Drops the given agents' pending n-step transitions and zeroes their
+        exploration noise (int32 `[n]`)."""
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        return after([self._memory.reset_agents(agent_indices),
+                      self._exploration.reset(agent_indices)], True)
+
+    def perform(self, agent_indices, observ):
+        """Actions for the given agents (int32 `[n]`, raw observations `[n, ...]`): explored
+        while training, greedy otherwise; `[n, *action_shape]`.
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
+        with tf.name_scope("perform"):
+            normalized = self._observ_filter.transform(observ)
+
+            def explore():
+                action = self._explore_action(normalized)
+                return self._exploration(agent_indices, action, self._step, self._random)
+
+            action = tf.cond(tf.convert_to_tensor(self._is_training), explore,
+                             lambda: self._greedy_action(normalized))
+            if action.dtype.is_floating:
+                action = tf.debugging.check_numerics(action, "non-finite action")
+            return action
+
+    def experience(self, agent_indices, observ, action, reward, done, nextob):
+        """Stores the transitions of the given agents while training, then runs the
+        updates they are owed (see the class docstring). Shapes as `perform`'s; reward
+        float32 `[n]`, done bool `[n]`, nextob the observation after the step (the final
+        one when the episode ended)."""
+        return tf.cond(
+            tf.convert_to_tensor(self._is_training),
+            lambda: self._record(agent_indices, observ, action, reward, done, nextob),
+            lambda: tf.constant(False))
+
+    def end_episodes(self, agent_indices):
+        """Nothing to do: transitions are stored by `experience`."""
+        del agent_indices
+        return tf.constant(True)
+
+    def add_transitions(self, transitions):
+        """Stores external one-step transitions (demonstrations, logged data) and runs the
+        updates they are owed, as for stepped ones (`Agent.update`).
+
+        Args:
+          transitions: dict of `observ` (raw, `[n, *observation_shape]`), `action`
+            (`[n, *action_shape]`), `reward` float32 `[n]`, `terminated` bool `[n]` and
+            `nextob` (`[n, ...]`, the observation after the step).
+
+        Returns:
+          bool scalar tensor to wait for.
+        """
+        terminated = tf.cast(transitions["terminated"], tf.float32)
+        ready = {
+            "observ": transitions["observ"], "action": transitions["action"],
+            "reward": tf.cast(transitions["reward"], tf.float32),
+            "discount": self._config.discount * (1.0 - terminated),
+            "nextob": transitions["nextob"],
+        }
+        inserted = [self._memory.insert(ready),
+                    self._observ_filter.update(tf.cast(transitions["observ"], tf.float32))]
+        with tf.control_dependencies(inserted):
+            return self._owed_updates(tf.shape(terminated)[0])
+
+    # --- Inside. ---
+
+    def _record(self, agent_indices, observ, action, reward, done, nextob):
+        with tf.name_scope("experience"):
+            agent_indices = tf.cast(agent_indices, tf.int32)
+            terminated = tf.gather(self._batch_env.terminated, agent_indices)
+            truncated = tf.logical_and(done, tf.logical_not(terminated))
+            stored = [
+                self._memory.add(agent_indices, observ, action, reward, terminated,
+                                 truncated, nextob),
+                self._observ_filter.update(observ)]
+            with tf.control_dependencies(stored):
+                return self._owed_updates(tf.shape(agent_indices)[0])
+
+    def _owed_updates(self, transitions):
+        """Adds `updates_per_step` per transition to the debt once the memory holds
+        `learning_starts`, and runs the whole updates owed; returns True once done."""
+        ready = self._memory.size >= int(self._config.learning_starts)
+        owed = tf.cast(transitions, tf.float32) * float(self._config.updates_per_step)
+        debt = self._debt.assign_add(tf.where(ready, owed, 0.0))
+        count = tf.cast(tf.floor(debt), tf.int32)
+        with tf.control_dependencies([self._debt.assign_sub(tf.cast(count, tf.float32))]):
+            return tf.cond(count > 0, lambda: self._train(count), lambda: tf.constant(False))
+
+    def _train(self, count):
+        """Runs `count` updates (`_update`) and writes the last one's diagnostics as
+        scalars under `NAME/`, at most once per `log_every` environment steps."""
+        with tf.name_scope("update"):
+            diagnostics = self._update(count)
+            due = tf.logical_and(
+                tf.convert_to_tensor(self._should_log),
+                self._step >= self._logged_at + int(self._config.log_every))
+            with tf.summary.record_if(due), tf.name_scope(self.name + "/"):
+                summaries = [tf.summary.scalar(name, value)
+                             for name, value in diagnostics.items()]
+                summaries.append(tf.summary.scalar(
+                    "replay_size", tf.cast(self._memory.size, tf.float32)))
+                self._observ_filter.summary()
+            with tf.control_dependencies(summaries):
+                logged = self._logged_at.assign(tf.where(due, self._step, self._logged_at))
+            return after([logged], True)
+
+    def _update_many(self, count):
+        """`count` (int32 scalar >= 1) updates; returns the last one's diagnostics."""
+        first = self._sampled_update()
+
+        def body(index, diagnostics):
+            del diagnostics
+            return index + 1, self._sampled_update()
+
+        _, diagnostics = tf.while_loop(
+            lambda index, _: index < count, body, (tf.constant(1), first))
+        return diagnostics
+
+    def _sampled_update(self):
+        batch = self._memory.sample(self._batch_size)
+        batch = dict(batch, observ=self._normalized(batch["observ"]),
+                     nextob=self._normalized(batch["nextob"]))
+        diagnostics, td_error = self._update_step(batch)
+        done = [self._updates.assign_add(1)]
+        if self._memory.prioritized:
+            done.append(self._memory.update_priorities(batch["index"], td_error))
+        return {key: after(done, value) for key, value in diagnostics.items()}
+
+    def _normalized(self, observ):
+        return self._observ_filter.transform(tf.cast(observ, tf.float32))
+
+    def _update_targets(self, pairs):
+        """Every `target_update_every` updates, moves each target towards its online
+        network by `target_update_rate` (`polyak`); `pairs` of (target, online) models."""
+        config = self._config
+
+        def update():
+            return after([op for target, online in pairs for op in polyak(
+                target.variables, online.variables, config.target_update_rate)], True)
+
+        due = tf.equal((self._updates + 1) % int(config.target_update_every), 0)
+        return tf.cond(due, update, lambda: tf.constant(False))
+
+    @staticmethod
+    def _adam(learning_rate):
+        return keras.optimizers.Adam(float(learning_rate))
+
+
+def _check_config(config):
+    """Raises ValueError (naming the key) for replay settings out of range."""
+    for key, least in (("replay_capacity", 1), ("learning_starts", 0), ("n_step", 1),
+                       ("target_update_every", 1)):
+        if int(config[key]) < least:
+            raise ValueError(f"config key {key!r} must be at least {least}, got {config[key]}")
+    if not config.updates_per_step > 0:
+        raise ValueError(f"config key 'updates_per_step' must be > 0, got "
+                         f"{config.updates_per_step}")
+    if not 0 < config.target_update_rate <= 1:
+        raise ValueError(f"config key 'target_update_rate' must be in (0, 1], got "
+                         f"{config.target_update_rate}")
+
+
+def _storage_dtype(space, default):
+    """Observations of a `Box` of one-byte integers (images) are stored in that dtype."""
+    dtype = getattr(space, "dtype", None)
+    if dtype is not None and tf.as_dtype(dtype).is_integer and tf.as_dtype(dtype).size == 1:
+        return tf.as_dtype(dtype)
+    return default

@@ -1,0 +1,185 @@
+"""The networks of the off-policy algorithms: action-value functions (twin Q for SAC and
+TD3, a Q head per discrete action for DQN) and their actors.
+
+Observations arrive flattened, float32 `[batch, observation_size]` (nested observations as
+`batchrl.tools.nested` flattens them); continuous actions are float32 `[batch,
+action_size]` in [-1, 1] (the wrappers map a bounded `Box` onto it).
+"""
+
+import keras
+import tensorflow as tf
+
+# Bounds of the actor's log standard deviation (those of Haarnoja et al.'s reference code):
+# wide enough never to bind in practice, narrow enough to keep exp() finite.
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def _flat(observ):
+    observ = tf.convert_to_tensor(observ, tf.float32)
+    return tf.reshape(observ, [tf.shape(observ)[0], -1])
+
+
+class _StackedDense(keras.layers.Layer):
+    """`heads` independent dense layers applied at once: `[heads, batch, in] -> [heads,
+    batch, units]`, one batched matrix product (twin Q functions cost one op, not two)."""
+
+    def __init__(self, heads, units, activation=None, name=None):
+        super().__init__(name=name)
+        self._heads, self._units = heads, units
+        self._activation = keras.activations.get(activation)
+
+    def build(self, input_shape):
+        fan_in = int(input_shape[-1])
+        limit = (6.0 / (fan_in + self._units)) ** 0.5  # Glorot uniform, per head.
+        self.kernel = self.add_weight(
+            shape=(self._heads, fan_in, self._units), name="kernel",
+            initializer=keras.initializers.RandomUniform(-limit, limit))
+        self.bias = self.add_weight(shape=(self._heads, 1, self._units), name="bias",
+                                    initializer="zeros")
+
+    def call(self, inputs):
+        return self._activation(tf.matmul(inputs, self.kernel) + self.bias)
+
+
+class TwinQ(keras.Model):
+    """`heads` action-value functions Q_i(s, a), MLPs on the concatenated observation and
+    action (Fujimoto et al. 2018, arXiv:1802.09477, section 4.2: clipped double Q).
+
+    Called as `q(observ, action)` with observ `[batch, ...]` and action float32 `[batch,
+    action_size]`; returns float32 `[heads, batch]`.
+
+    Args:
+      units: sizes of the hidden layers.
+      activation: of the hidden layers.
+      heads: number of Q functions (2 for the twin Q of SAC and TD3).
+    """
+
+    def __init__(self, units, activation="relu", heads=2, name="q"):
+        super().__init__(name=name)
+        self.heads = heads
+        for index, size in enumerate(units):
+            setattr(self, f"_hidden{index}",
+                    _StackedDense(heads, size, activation, name=f"hidden{index}"))
+        self._depth = len(units)
+        self._output = _StackedDense(heads, 1, name="output")
+
+    def call(self, observ, action):
+        inputs = tf.concat([_flat(observ), tf.cast(action, tf.float32)], -1)
+        hidden = tf.broadcast_to(inputs[None], tf.concat([[self.heads], tf.shape(inputs)], 0))
+        for index in range(self._depth):
+            hidden = getattr(self, f"_hidden{index}")(hidden)
+        return self._output(hidden)[..., 0]
+
+
+class _MLP(keras.layers.Layer):
+    """Dense layers `[batch, ...] -> [batch, units[-1]]` on the flattened observation."""
+
+    def __init__(self, units, activation, name=None):
+        super().__init__(name=name)
+        for index, size in enumerate(units):
+            setattr(self, f"_dense{index}", keras.layers.Dense(size, activation=activation))
+        self._depth = len(units)
+
+    def call(self, observ):
+        hidden = _flat(observ)
+        for index in range(self._depth):
+            hidden = getattr(self, f"_dense{index}")(hidden)
+        return hidden
+
+
+class SquashedGaussianActor(keras.Model):
+    """The actor of SAC: a Gaussian over pre-squashing actions u, `a = tanh(u)` (Haarnoja
+    et al. 2018, arXiv:1812.05905, appendix C).
+
+    Called as `actor(observ)`; returns `(mean, log_std)`, float32 `[batch, action_size]`
+    each, of u (log_std clipped to [LOG_STD_MIN, LOG_STD_MAX]).
+
+    Args:
+      action_size: number of action dimensions.
+      units: sizes of the hidden layers.
+      activation: of the hidden layers.
+    """
+
+    state_size = 0
+
+    def __init__(self, action_size, units, activation="relu", name="actor"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, activation, name="hidden")
+        self._mean = keras.layers.Dense(action_size, name="mean")
+        self._log_std = keras.layers.Dense(action_size, name="log_std")
+
+    def call(self, observ):
+        hidden = self._hidden(observ)
+        log_std = tf.clip_by_value(self._log_std(hidden), LOG_STD_MIN, LOG_STD_MAX)
+        return self._mean(hidden), log_std
+
+
+def squashed_sample(mean, log_std, noise):
+    """A tanh-squashed Gaussian action and its log-density.
+
+    With u = mean + exp(log_std) * noise and a = tanh(u), log pi(a) = log N(u; mean, std)
+    - sum_i log(1 - tanh(u_i)^2) (Haarnoja et al. 2018, arXiv:1812.05905, appendix C, eq.
+    26), the last term computed as 2 (log 2 - u - softplus(-2 u)), which stays finite where
+    tanh(u) rounds to +-1.
+
+    Args:
+      mean, log_std: float32 `[batch, action_size]`.
+      noise: float32 `[batch, action_size]`, standard normal draws.
+
+    Returns:
+      `(action, log_prob)`: float32 `[batch, action_size]` in (-1, 1) and `[batch]`.
+    """
+    u = mean + tf.exp(log_std) * noise
+    gaussian = -0.5 * tf.square(noise) - log_std - 0.5 * tf.math.log(2.0 * 3.141592653589793)
+    correction = 2.0 * (tf.math.log(2.0) - u - tf.nn.softplus(-2.0 * u))
+    return tf.tanh(u), tf.reduce_sum(gaussian - correction, -1)
+
+
+class DeterministicActor(keras.Model):
+    """The actor of TD3: `a = tanh(MLP(observ))`, float32 `[batch, action_size]` in
+    [-1, 1] (Fujimoto et al. 2018, arXiv:1802.09477, appendix C).
+
+    Args:
+      action_size, units, activation: as for `SquashedGaussianActor`.
+    """
+
+    state_size = 0
+
+    def __init__(self, action_size, units, activation="relu", name="actor"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, activation, name="hidden")
+        self._output = keras.layers.Dense(action_size, activation="tanh", name="action")
+
+    def call(self, observ):
+        return self._output(self._hidden(observ))
+
+
+class QNetwork(keras.Model):
+    """Q(s, .) of DQN: one output per discrete action, float32 `[batch, num_actions]`.
+
+    With `dueling`, two streams share the hidden layers: Q = V + A - mean(A) (Wang et al.
+    2016, "Dueling Network Architectures for Deep Reinforcement Learning", eq. 9).
+
+    Args:
+      num_actions: int, the number of discrete actions.
+      units: sizes of the hidden layers.
+      activation: of the hidden layers.
+      dueling: bool.
+    """
+
+    state_size = 0
+
+    def __init__(self, num_actions, units, activation="relu", dueling=False, name="q"):
+        super().__init__(name=name)
+        self._hidden = _MLP(units, activation, name="hidden")
+        self._dueling = dueling
+        self._advantage = keras.layers.Dense(num_actions, name="advantage")
+        if dueling:
+            self._value = keras.layers.Dense(1, name="value")
+
+    def call(self, observ):
+        hidden = self._hidden(observ)
+        advantage = self._advantage(hidden)
+        if not self._dueling:
+            return advantage
+        return self._value(hidden) + advantage - tf.reduce_mean(advantage, -1, keepdims=True)

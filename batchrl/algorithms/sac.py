@@ -1,0 +1,145 @@
+"""Soft actor-critic inside the TensorFlow graph.
+
+Haarnoja, Zhou, Hartikainen, et al., "Soft Actor-Critic Algorithms and Applications",
+arXiv:1812.05905 (2018): twin Q functions with Polyak-averaged targets, a tanh-squashed
+Gaussian policy, and a temperature learned towards a target entropy.
+"""
+
+import math
+
+import tensorflow as tf
+
+from batchrl.algorithms import off_policy, q_networks
+
+
+class SAC(off_policy.OffPolicyAlgorithm):
+    """Soft actor-critic (Haarnoja et al. 2018, arXiv:1812.05905, algorithm 1).
+
+    One update, on a sampled batch of transitions (s, a, R, gamma_k, s') with n-step
+    return R and discount gamma_k (0 after a termination):
+
+    - critic: both Q_i fit y = R + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' ~
+      pi(.|s'), with Q'_j the target networks (eq. 5–6, with the clipped double Q of
+      Fujimoto et al. 2018); loss 0.5 sum_i mean(w (Q_i(s, a) - y)^2), w the importance
+      weights of prioritized replay (1 otherwise);
+    - actor: mean(alpha log pi(a~|s) - min_i Q_i(s, a~)), a~ ~ pi(.|s) reparameterized
+      (eq. 7, 11);
+    - temperature: log alpha descends -mean(log alpha (log pi(a~|s) + H_target)), H_target
+      = `target_entropy` or -|A| (eq. 18, section 5);
+    - targets: Q' <- tau Q + (1 - tau) Q', tau = `target_update_rate`, every
+      `target_update_every` updates.
+
+    The policy acts with a sampled action while training (no further exploration by
+    default) and with tanh(mean) otherwise (and in exported models; `sample` draws).
+
+    Args:
+      as for `OffPolicyAlgorithm`; config also `target_entropy` (None: -action size) and
+      `init_temperature` (alpha at the start, > 0). `policy_lr` is the actor's and the
+      temperature's learning rate, `value_lr` the critics'; `policy_layers` and
+      `value_layers` the hidden sizes of the actor and of each Q function.
+
+    Raises:
+      ValueError: if the actions are not continuous (`Box` in [-1, 1]).
+    """
+
+    name = "sac"
+    config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
+        "target_entropy", "init_temperature"}
+
+    def _build_networks(self, batch_env, config):
+        if not config.init_temperature > 0:
+            raise ValueError(f"config key 'init_temperature' must be > 0, got "
+                             f"{config.init_temperature}")
+        size = int(math.prod(self._action_shape))
+        self._target_entropy = float(
+            -size if config.target_entropy is None else config.target_entropy)
+        observ = tf.zeros((1,) + self._observ_shape)
+        action = tf.zeros((1, size))
+        actor = q_networks.SquashedGaussianActor(size, config.policy_layers, config.activation)
+        actor(observ)
+
+        def critic():
+            return q_networks.TwinQ(config.value_layers, config.activation)
+
+        self._critic = critic()
+        self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
+        self._actor = actor
+        with tf.name_scope(self.name):
+            self._log_alpha = tf.Variable(
+                math.log(config.init_temperature), trainable=False, name="log_temperature")
+        self._actor_optimizer = self._adam(config.policy_lr)
+        self._critic_optimizer = self._adam(config.value_lr)
+        self._alpha_optimizer = self._adam(config.policy_lr)
+        self._actor_optimizer.build(actor.trainable_variables)
+        self._critic_optimizer.build(self._critic.trainable_variables)
+        self._alpha_optimizer.build([self._log_alpha])
+        return off_policy.networks(policy=actor, critic=self._critic)
+
+    @property
+    def _trackables(self):
+        return {"policy": self._actor, "critic": self._critic,
+                "target_critic": self._target_critic, "log_temperature": self._log_alpha,
+                "policy_optimizer": self._actor_optimizer,
+                "critic_optimizer": self._critic_optimizer,
+                "temperature_optimizer": self._alpha_optimizer}
+
+    def _greedy_action(self, observ):
+        mean, _ = self._actor(observ)
+        return tf.reshape(tf.tanh(mean), (-1,) + self._action_shape)
+
+    def _sample(self, observ, generator):
+        mean, log_std = self._actor(observ)
+        action, log_prob = q_networks.squashed_sample(
+            mean, log_std, generator.normal(tf.shape(mean)))
+        return action, log_prob
+
+    def _explore_action(self, observ):
+        action, _ = self._sample(observ, self._random)
+        return tf.reshape(action, (-1,) + self._action_shape)
+
+    def _sampled_action(self, observ, generator):
+        action, _ = self._sample(observ, generator)
+        return tf.reshape(action, (-1,) + self._action_shape)
+
+    def _update_step(self, batch):
+        config = self._config
+        action = tf.reshape(tf.cast(batch["action"], tf.float32), [self._batch_size, -1])
+        weight = batch["weight"]
+        alpha = tf.exp(self._log_alpha)
+        next_action, next_log_prob = self._sample(batch["nextob"], self._random)
+        next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
+        target = tf.stop_gradient(
+            batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
+        critic_variables = self._critic.trainable_variables
+        with tf.GradientTape() as tape:
+            td_error = self._critic(batch["observ"], action) - target
+            critic_loss = 0.5 * tf.reduce_sum(
+                tf.reduce_mean(weight * tf.square(td_error), -1))
+        critic_norm = off_policy.apply_gradients(
+            tape, critic_loss, critic_variables, self._critic_optimizer,
+            config.max_gradient_norm)
+        actor_variables = self._actor.trainable_variables
+        with tf.GradientTape() as tape:
+            new_action, log_prob = self._sample(batch["observ"], self._random)
+            new_q = tf.reduce_min(self._critic(batch["observ"], new_action), 0)
+            actor_loss = tf.reduce_mean(alpha * log_prob - new_q)
+        with tf.control_dependencies([critic_norm]):
+            actor_norm = off_policy.apply_gradients(
+                tape, actor_loss, actor_variables, self._actor_optimizer,
+                config.max_gradient_norm)
+        entropy_gap = tf.stop_gradient(log_prob + self._target_entropy)
+        with tf.GradientTape() as tape:
+            tape.watch(self._log_alpha)
+            alpha_loss = -tf.reduce_mean(self._log_alpha * entropy_gap)
+        alpha_gradient = tape.gradient(alpha_loss, self._log_alpha)
+        stepped = self._alpha_optimizer.apply_gradients([(alpha_gradient, self._log_alpha)])
+        with tf.control_dependencies([actor_norm, stepped]):
+            targets = self._update_targets([(self._target_critic, self._critic)])
+        diagnostics = {
+            "critic_loss": critic_loss, "actor_loss": actor_loss,
+            "temperature": alpha, "entropy": -tf.reduce_mean(log_prob),
+            "q": tf.reduce_mean(new_q), "critic_gradient_norm": critic_norm,
+            "actor_gradient_norm": actor_norm}
+        diagnostics = {key: off_policy.after([targets], value)
+                       for key, value in diagnostics.items()}
+        return diagnostics, tf.reduce_mean(tf.abs(td_error), 0)

@@ -1,0 +1,121 @@
+"""Twin delayed deep deterministic policy gradient (TD3) inside the TensorFlow graph.
+
+Fujimoto, van Hoof, Meger, "Addressing Function Approximation Error in Actor-Critic
+Methods", arXiv:1802.09477 (2018).
+"""
+
+import math
+
+import tensorflow as tf
+
+from batchrl.algorithms import off_policy, q_networks
+
+
+class TD3(off_policy.OffPolicyAlgorithm):
+    """TD3 (Fujimoto et al. 2018, arXiv:1802.09477, algorithm 1).
+
+    One update, on a sampled batch (s, a, R, gamma_k, s'):
+
+    - critic: both Q_i fit y = R + gamma_k min_j Q'_j(s', a'), with the target policy
+      smoothed: a' = clip(mu'(s') + clip(N(0, sigma~), -c, c), -1, 1), sigma~ =
+      `target_noise`, c = `target_noise_clip` (section 5.3, eq. 14–15); loss sum_i mean(w
+      (Q_i(s, a) - y)^2);
+    - every `policy_delay` updates (section 5.2): the actor ascends Q_1(s, mu(s)), and the
+      targets of actor and critics move by `target_update_rate` (Polyak).
+
+    The actor is deterministic, mu(s) = tanh(MLP(s)); while training, the config's
+    `exploration` (default `{type: gaussian, std: 0.1}`) perturbs its actions.
+
+    Args:
+      as for `OffPolicyAlgorithm`; config also `policy_delay`, `target_noise` and
+      `target_noise_clip`.
+
+    Raises:
+      ValueError: if the actions are not continuous, or `policy_delay` < 1.
+    """
+
+    name = "td3"
+    default_exploration = {"type": "gaussian", "std": 0.1}
+    config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
+        "policy_delay", "target_noise", "target_noise_clip"}
+
+    def _build_networks(self, batch_env, config):
+        if int(config.policy_delay) < 1:
+            raise ValueError(f"config key 'policy_delay' must be at least 1, got "
+                             f"{config.policy_delay}")
+        size = int(math.prod(self._action_shape))
+        observ = tf.zeros((1,) + self._observ_shape)
+        action = tf.zeros((1, size))
+
+        def actor():
+            return q_networks.DeterministicActor(size, config.policy_layers, config.activation)
+
+        def critic():
+            return q_networks.TwinQ(config.value_layers, config.activation)
+
+        self._actor, self._critic = actor(), critic()
+        self._target_actor = off_policy.target_of(self._actor, actor, observ)
+        self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
+        with tf.name_scope(self.name):
+            self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
+        self._actor_optimizer = self._adam(config.policy_lr)
+        self._critic_optimizer = self._adam(config.value_lr)
+        self._actor_optimizer.build(self._actor.trainable_variables)
+        self._critic_optimizer.build(self._critic.trainable_variables)
+        return off_policy.networks(policy=self._actor, critic=self._critic)
+
+    @property
+    def _trackables(self):
+        return {"policy": self._actor, "critic": self._critic,
+                "target_policy": self._target_actor, "target_critic": self._target_critic,
+                "policy_optimizer": self._actor_optimizer,
+                "critic_optimizer": self._critic_optimizer}
+
+    def _greedy_action(self, observ):
+        return tf.reshape(self._actor(observ), (-1,) + self._action_shape)
+
+    def _explore_action(self, observ):
+        return self._greedy_action(observ)
+
+    def _sampled_action(self, observ, generator):
+        action = self._greedy_action(observ)
+        std = self._exploration.spec.get("std", 0.0)
+        return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
+
+    def _update_step(self, batch):
+        config = self._config
+        action = tf.reshape(tf.cast(batch["action"], tf.float32), [self._batch_size, -1])
+        next_action = self._target_actor(batch["nextob"])
+        noise = tf.clip_by_value(
+            config.target_noise * self._random.normal(tf.shape(next_action)),
+            -config.target_noise_clip, config.target_noise_clip)
+        next_action = tf.clip_by_value(next_action + noise, -1.0, 1.0)
+        next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
+        target = tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
+        with tf.GradientTape() as tape:
+            td_error = self._critic(batch["observ"], action) - target
+            critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
+        critic_norm = off_policy.apply_gradients(
+            tape, critic_loss, self._critic.trainable_variables, self._critic_optimizer,
+            config.max_gradient_norm)
+
+        def actor_step():
+            with tf.GradientTape() as tape:
+                q = self._critic(batch["observ"], self._actor(batch["observ"]))[0]
+                loss = -tf.reduce_mean(q)
+            norm = off_policy.apply_gradients(
+                tape, loss, self._actor.trainable_variables, self._actor_optimizer,
+                config.max_gradient_norm)
+            with tf.control_dependencies([norm]):
+                moved = [op for target, online in (
+                    (self._target_actor, self._actor), (self._target_critic, self._critic))
+                    for op in off_policy.polyak(
+                        target.variables, online.variables, config.target_update_rate)]
+            return off_policy.after(moved, self._actor_loss.assign(loss))
+
+        with tf.control_dependencies([critic_norm]):
+            due = tf.equal((self._updates + 1) % int(config.policy_delay), 0)
+            actor_loss = tf.cond(due, actor_step, lambda: tf.identity(self._actor_loss))
+        diagnostics = {"critic_loss": critic_loss, "actor_loss": actor_loss,
+                       "q": tf.reduce_mean(target), "critic_gradient_norm": critic_norm}
+        return diagnostics, tf.reduce_mean(tf.abs(td_error), 0)

@@ -1,0 +1,248 @@
+"""SAC, TD3 and DQN: their formulas against NumPy, and the algorithms inside `simulate`
+on MockEnvironment batches and in-graph Pendulum."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs
+from batchrl.algorithms import dqn, off_policy, q_networks
+from batchrl.algorithms.dqn import DQN
+from batchrl.algorithms.sac import SAC
+from batchrl.algorithms.td3 import TD3
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.envs import Pendulum
+from batchrl.tools.loop import step_function
+from batchrl.tools.simulate import simulate
+
+SMALL = {"policy_layers": [16], "value_layers": [16], "learning_starts": 8,
+         "batch_size": 8, "replay_capacity": 64}
+
+
+def _config(algorithm, **overrides):
+    return configs.load("default", {"algorithm": algorithm, **SMALL, **overrides})
+
+
+def _run(batch_env, algo):
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+    return run
+
+
+def _mock(observ_shape, count=3):
+    envs = [MockEnvironment(observ_shape, (2,), 2, 7) for _ in range(count)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    return InGraphBatchEnv(BatchEnv(envs, blocking=True))
+
+
+def _build(cls, batch_env, **overrides):
+    return cls(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+               tf.Variable(False), _config(cls.name, **overrides))
+
+
+def test_squashed_log_prob_matches_the_change_of_variables():
+    rng = np.random.default_rng(0)
+    mean = rng.normal(size=(64, 3)).astype(np.float32)
+    log_std = rng.uniform(-1.5, 0.5, size=(64, 3)).astype(np.float32)
+    noise = rng.normal(size=(64, 3)).astype(np.float32)
+    action, log_prob = q_networks.squashed_sample(mean, log_std, noise)
+    u = mean + np.exp(log_std) * noise
+    gaussian = (-0.5 * ((u - mean) / np.exp(log_std)) ** 2 - log_std
+                - 0.5 * np.log(2 * np.pi))
+    expected = (gaussian - np.log(1 - np.tanh(u) ** 2)).sum(-1)
+    np.testing.assert_allclose(action.numpy(), np.tanh(u), rtol=1e-6)
+    np.testing.assert_allclose(log_prob.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_squashed_density_integrates_to_one_and_stays_finite_at_the_bounds():
+    grid = np.linspace(-1 + 1e-6, 1 - 1e-6, 200001)
+    u = np.arctanh(grid)
+    mean, log_std = 0.7, -0.3
+    noise = ((u - mean) / math.exp(log_std)).astype(np.float32)[:, None]
+    _, log_prob = q_networks.squashed_sample(
+        np.full_like(noise, mean), np.full_like(noise, log_std), noise)
+    assert abs(np.trapezoid(np.exp(log_prob.numpy()), grid) - 1.0) < 1e-3
+    _, extreme = q_networks.squashed_sample(
+        np.zeros((1, 1), np.float32), np.full((1, 1), 2.0, np.float32),
+        np.full((1, 1), 30.0, np.float32))  # tanh(u) rounds to 1.
+    assert np.isfinite(extreme.numpy()).all()
+
+
+@pytest.mark.parametrize("rate", [0.005, 0.5, 1.0])
+def test_polyak_moves_targets_by_the_rate(rate):
+    online = [tf.Variable(np.arange(6.0).reshape(2, 3)), tf.Variable([1.0, -2.0])]
+    target = [tf.Variable(np.ones((2, 3))), tf.Variable([0.0, 0.0])]
+    expected = [rate * o.numpy() + (1 - rate) * t.numpy()
+                for t, o in zip(target, online, strict=True)]
+    off_policy.polyak(target, online, rate)
+    for variable, value in zip(target, expected, strict=True):
+        np.testing.assert_allclose(variable.numpy(), value)
+
+
+@pytest.mark.parametrize("double", [True, False])
+def test_double_q_target_against_numpy(double):
+    rng = np.random.default_rng(1)
+    reward = rng.normal(size=5).astype(np.float32)
+    discount = np.array([0.99, 0.0, 0.99 ** 3, 0.99, 0.5], np.float32)
+    online, target = rng.normal(size=(2, 5, 4)).astype(np.float32)
+    value = (target[np.arange(5), online.argmax(-1)] if double else target.max(-1))
+    result = dqn.double_q_target(reward, discount, online, target, double)
+    np.testing.assert_allclose(result.numpy(), reward + discount * value, rtol=1e-6)
+
+
+def test_twin_q_heads_are_independent_networks():
+    q = q_networks.TwinQ([8, 8])
+    observ = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
+    action = np.random.default_rng(3).uniform(-1, 1, size=(5, 2)).astype(np.float32)
+    values = q(observ, action).numpy()
+    assert values.shape == (2, 5)
+    assert not np.allclose(values[0], values[1])
+    weights = q.trainable_variables  # Kernels [2, in, out] and biases [2, 1, out].
+    h = np.concatenate([observ, action], -1)  # NumPy forward pass of head 1 alone.
+    for layer in range(3):
+        kernel, bias = weights[2 * layer].numpy()[1], weights[2 * layer + 1].numpy()[1, 0]
+        h = h @ kernel + bias
+        if layer < 2:
+            h = np.maximum(h, 0)
+    np.testing.assert_allclose(values[1], h[:, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [SAC, TD3])
+@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (2, 3, 4)])
+def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, observ_shape):
+    batch_env = _mock(observ_shape)
+    algo = _build(cls, batch_env)
+    run = _run(batch_env, algo)
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    for _ in range(20):
+        _, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    # 60 transitions, updates from the 8th on: one per agent step.
+    assert int(algo.memory.size.numpy()) == 60
+    assert int(algo.updates.numpy()) == 60 - 6
+    after = algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
+def test_dqn_trains_on_cartpole_without_crash():
+    batch_env = _cartpole()
+    algo = _build(DQN, batch_env, updates_per_step=0.25, dueling=True,
+                  target_update_rate=1.0, target_update_every=2)
+    run = _run(batch_env, algo)
+    for _ in range(40):
+        done, _ = run(False, False)
+    assert int(algo.memory.size.numpy()) == 64  # 80 transitions in a memory of 64.
+    assert int(algo.updates.numpy()) == (80 - 8) // 4
+    q = algo.networks.policy
+    target = algo.checkpoint_state["target_policy"]
+    # Every second update ends with a copy, the 18th among them.
+    assert int(algo.updates.numpy()) % 2 == 0
+    for t, o in zip(target.variables, q.variables, strict=True):
+        np.testing.assert_allclose(t.numpy(), o.numpy())
+
+
+def test_fractional_replay_ratio_carries_its_remainder():
+    batch_env = _mock((3,), count=3)
+    algo = _build(SAC, batch_env, updates_per_step=0.4, learning_starts=0)
+    run = _run(batch_env, algo)
+    for _ in range(10):
+        run(False, False)
+    assert int(algo.updates.numpy()) == 12  # floor(30 * 0.4)
+    np.testing.assert_allclose(float(algo.checkpoint_state["update_debt"].numpy()), 0.0,
+                               atol=1e-5)
+
+
+def test_eval_mode_acts_greedily_and_stores_nothing():
+    batch_env = _mock((3,))
+    algo = _build(SAC, batch_env)
+    run = _run(batch_env, algo)
+    for _ in range(5):
+        run(False, False)
+    algo._is_training.assign(False)
+    size, updates = int(algo.memory.size.numpy()), int(algo.updates.numpy())
+    observ = tf.constant(batch_env.observ.numpy())
+    greedy, _ = algo.policy_action(observ, tf.zeros([3, 0]))
+    performed = algo.perform(tf.range(3), observ)
+    np.testing.assert_allclose(performed.numpy(), greedy.numpy())
+    for _ in range(5):
+        run(False, False)
+    assert (int(algo.memory.size.numpy()), int(algo.updates.numpy())) == (size, updates)
+
+
+def _cartpole(count=2):
+    envs = [gym.make("CartPole-v1") for _ in range(count)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    return InGraphBatchEnv(BatchEnv(envs, blocking=True))
+
+
+def test_update_compiled_with_xla_trains_as_without():
+    """`jit_update` changes how the update runs, not what it computes: DQN's update (whose
+    only random draw, the batch's indices, XLA draws as TensorFlow does; its normal draws
+    differ, so SAC's and TD3's updates cannot be compared this way) gives the same loss
+    and the same step. Adam's first step moves each weight by about the learning rate
+    whatever the gradient's size, so a gradient near 0 that rounds to the other sign
+    moves its weight the other way: a few weights may differ by twice the rate."""
+    results = []
+    for jit in (False, True):
+        tf.keras.utils.set_random_seed(5)
+        batch_env = _cartpole()
+        algo = _build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+        run = _run(batch_env, algo)
+        for _ in range(6):
+            run(False, False)
+        diagnostics = algo._update(tf.constant(2))
+        weights = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
+        results.append(({k: float(v) for k, v in diagnostics.items()}, weights))
+    (plain, plain_weights), (compiled, compiled_weights) = results
+    for key in ("loss", "q"):
+        np.testing.assert_allclose(compiled[key], plain[key], rtol=1e-4, err_msg=key)
+    difference = np.abs(compiled_weights - plain_weights)
+    assert (difference < 1e-5).mean() > 0.95 and difference.max() < 4.5e-3
+    assert np.abs(plain_weights - _initial_dqn_weights()).max() > 1e-4, "it trained"
+
+
+def _initial_dqn_weights():
+    tf.keras.utils.set_random_seed(5)
+    algo = _build(DQN, _cartpole())
+    return np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
+
+
+@pytest.mark.parametrize("cls", [SAC, TD3])
+def test_whole_call_compiles_with_xla_on_in_graph_pendulum(cls):
+    env = Pendulum(4, max_episode_steps=20, seed=0)
+    algo = cls(env, tf.Variable(0, dtype=tf.int64), tf.Variable(True), tf.Variable(False),
+               _config(cls.name, learning_starts=16))
+    function = step_function(env, algo, steps_per_call=10, jit_compile=True)
+    function(tf.constant(False), tf.constant(True), tf.constant(10))
+    function(tf.constant(False), tf.constant(False), tf.constant(10))
+    assert int(algo.memory.size.numpy()) == 64
+    # 80 transitions; from the 4th batch step on (16 stored) one update per transition.
+    assert int(algo.updates.numpy()) == 80 - 12
+
+
+def test_sac_learns_the_temperature_towards_the_target_entropy():
+    """With a target entropy far above the policy's, the temperature rises."""
+    batch_env = _mock((3,))
+    algo = _build(SAC, batch_env, target_entropy=50.0, policy_lr=0.01)
+    run = _run(batch_env, algo)
+    for _ in range(10):
+        run(False, False)
+    assert float(tf.exp(algo.checkpoint_state["log_temperature"]).numpy()) > 1.0
+
+
+def test_configuration_errors_name_the_key():
+    batch_env = _mock((3,))
+    with pytest.raises(ValueError, match="exploration type 'epsilon_decay' does not fit"):
+        _build(TD3, batch_env, exploration={"type": "epsilon_decay"})
+    with pytest.raises(ValueError, match="'target_update_rate' must be in"):
+        _build(SAC, batch_env, target_update_rate=1.5)
+    with pytest.raises(ValueError, match="dqn needs a Discrete action space"):
+        _build(DQN, batch_env)

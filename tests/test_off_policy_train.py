@@ -1,0 +1,64 @@
+"""Off-policy runs of the train command: stopped with Ctrl-C and resumed, a run with
+`save_replay: true` continues with the replay memory it had; without it, the checkpoint
+holds no memory."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from batchrl.scripts import train
+
+SMALL = ["--set", "policy_layers=[16]", "--set", "value_layers=[16]", "--set", "num_agents=2",
+         "--set", "eval_every=400", "--set", "eval_episodes=1", "--set", "learning_starts=100",
+         "--set", "replay_capacity=100000", "--set", "batch_size=16", "--no-progress"]
+
+
+def _replay(checkpoint):
+    """The replay memory's size and stored rows in a checkpoint (None without one)."""
+    reader = tf.train.load_checkpoint(str(checkpoint))
+    names = reader.get_variable_to_shape_map()
+    size = [name for name in names if name.startswith("replay/") and "_size" in name]
+    if not size:
+        return None
+    rows = int(reader.get_tensor(size[0]))
+    storage = {name.split("/")[2]: reader.get_tensor(name)[:rows] for name in names
+               if name.startswith("replay/storage/")}
+    return rows, storage
+
+
+def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path):
+    logdir = tmp_path / "run"
+    args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=1000000",
+            "--set", "save_replay=true", *SMALL]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen([sys.executable, "-m", "batchrl.scripts.train", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    for line in process.stdout:  # Wait until training runs.
+        if line.startswith("step"):
+            break
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
+    rows, stored = _replay(logdir / f"ckpt-{stopped}")
+    assert rows == stopped  # Every training step stored one transition, eval steps none.
+    more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
+    assert train.main(more) == 0
+    final_rows, final = _replay(logdir / f"ckpt-{stopped + 400}")
+    assert final_rows == stopped + 400
+    for key, value in stored.items():
+        np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
+
+
+def test_without_save_replay_the_checkpoint_holds_no_memory(tmp_path):
+    logdir = tmp_path / "run"
+    assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
+                       *SMALL]) == 0
+    assert _replay(logdir / "ckpt-400") is None
+    names = tf.train.load_checkpoint(str(logdir / "ckpt-400")).get_variable_to_shape_map()
+    assert any(name.startswith("target_critic/") for name in names)
