@@ -131,6 +131,7 @@ class Agent:
                 length=episode.length),
             eval_state=self._eval_state)
         self._pending = None  # "train" after act, "eval" after act(deterministic=True).
+        self._add_transitions = None  # Traced at the first `update`.
         # The steps of each environment's training episode in progress: 0 exactly where
         # `batch_env.done` is set (no episode in progress; the next sampled act begins one).
         self._lengths = np.zeros(self._num_envs, np.int64)
@@ -303,6 +304,68 @@ class Agent:
         with self._mode():
             self._end_training_episodes(mask & (self._lengths > 0))
             self._reset_eval_state(mask)
+
+    def update(self, batch):
+        """Adds transitions from outside (demonstrations, logged data) to the replay memory
+        of an off-policy algorithm (sac, td3, dqn) and runs the updates they are owed, as
+        stepped ones are (`updates_per_step` per transition once the memory holds
+        `learning_starts`). Each is stored as a one-step transition: a terminated one does
+        not bootstrap, any other does from its `next_observation`.
+
+        Args:
+          batch: a dict of `observation` `[n, *observation_shape]` (nested as in `act`),
+            `action` `[n, *action_shape]` in the action space (`Box`: within its bounds;
+            `Discrete`: ints), `reward` `[n]`, `terminated` `[n]` bools and
+            `next_observation` (as `observation`).
+
+        Returns:
+          int, the agent's gradient updates so far.
+
+        Raises:
+          TypeError: the algorithm learns from its own episodes (no replay memory).
+          ValueError: a missing or unknown key, wrong shapes, non-finite values, actions
+            outside the space (nothing is stored).
+        """
+        add = getattr(self._algo, "add_transitions", None)
+        if add is None:
+            raise TypeError(
+                f"Agent.update(batch) needs an algorithm with a replay memory (sac, td3, "
+                f"dqn); {self._config.algorithm!r} learns from its own episodes")
+        keys = {"observation", "action", "reward", "terminated", "next_observation"}
+        if set(batch) != keys:
+            raise ValueError(f"batch needs exactly the keys {sorted(keys)}; missing "
+                             f"{sorted(keys - set(batch))}, unknown {sorted(set(batch) - keys)}")
+        reward = np.asarray(batch["reward"], np.float32)
+        if reward.ndim != 1 or not np.isfinite(reward).all():
+            raise ValueError(f"reward must be finite numbers [n], got shape {reward.shape}")
+        count = len(reward)
+        transitions = {
+            "observ": self._batch_observation(batch["observation"], "observation", count),
+            "nextob": self._batch_observation(
+                batch["next_observation"], "next_observation", count),
+            "action": spaces.from_action_space(batch["action"], self.action_space),
+            "reward": reward,
+            "terminated": self._check_flags(batch["terminated"], "terminated", count),
+        }
+        if len(transitions["action"]) != count:
+            raise ValueError(f"action has {len(transitions['action'])} rows, reward {count}")
+        if self._add_transitions is None:
+            self._add_transitions = tf.function(
+                self._add_transitions_graph, reduce_retracing=True)
+        with self._mode():
+            self._add_transitions(transitions)
+        return int(self._algo.updates.numpy())
+
+    def _batch_observation(self, value, name, count):
+        """Observations of `count` transitions, as the policy sees them (float32, flat)."""
+        if not self._nested:
+            return self._check_array(value, name, (count,) + self._observ_shape)
+        checked = nested.check_batch(self.observation_space, value, count, name)
+        return spaces.to_policy_observation(checked, self.observation_space).numpy()
+
+    def _add_transitions_graph(self, transitions):
+        with self._writer.as_default(step=self._built.step):
+            return self._algo.add_transitions(transitions)
 
     def save(self, directory):
         """Writes everything the agent needs to continue exactly where it is to `directory`:
@@ -493,10 +556,11 @@ class Agent:
             raise ValueError(f"{name} is not finite for environments {rows.tolist()}")
         return array
 
-    def _check_flags(self, value, name):
+    def _check_flags(self, value, name, count=None):
         array = np.asarray(value)
-        if array.shape != (self._num_envs,):
-            raise ValueError(f"{name} of shape {array.shape}, expected ({self._num_envs},)")
+        count = self._num_envs if count is None else count
+        if array.shape != (count,):
+            raise ValueError(f"{name} of shape {array.shape}, expected ({count},)")
         if array.dtype != bool and not np.isin(array, (0, 1)).all():
             raise ValueError(f"{name} must hold booleans, got {array.tolist()}")
         return array.astype(bool)

@@ -151,6 +151,34 @@ def to_action_space(action, space):
     return _structure(space, lambda path, leaf: pieces[path])
 
 
+def from_action_space(action, space):
+    """The inverse of `to_action_space` for a batch of actions of `space` (NumPy): what the
+    policy would have output to take them, for transitions from outside (`Agent.update`).
+
+    A `Box` with finite bounds maps [low, high] linearly onto [-1, 1] (float32 `[n,
+    *shape]`); another `Box` passes as float32; `Discrete` gives int32 `[n]` indices from 0.
+
+    Raises:
+      ValueError: a nested action space (not supported here), an action outside a bounded
+        `Box` or a `Discrete` range, or a wrong shape.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        index = np.asarray(action).astype(np.int64) - int(space.start)
+        if index.ndim != 1 or ((index < 0) | (index >= space.n)).any():
+            raise ValueError(f"actions of {space} must be integers [n] in its range")
+        return index.astype(np.int32)
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"transitions of nested action spaces ({space}) cannot be added yet")
+    action = np.asarray(action, np.float32)
+    if action.shape[1:] != space.shape:
+        raise ValueError(f"actions of shape {action.shape}, expected [n, *{space.shape}]")
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        return action
+    if ((action < space.low) | (action > space.high)).any():
+        raise ValueError(f"actions outside the bounds of {space}")
+    return (2.0 * (action - space.low) / (space.high - space.low) - 1.0).astype(np.float32)
+
+
 def named_actions(action, space):
     """The actions of `to_action_space` as a flat dict for a SavedModel signature: `action`
     for a single space, `action_KEY...` per leaf of a nested one (`nested.leaf_key`)."""

@@ -1,0 +1,86 @@
+"""`batchrl.Agent` with the off-policy algorithms: `update(batch)` stores external
+transitions as given and runs the updates they are owed, bad batches are refused without
+storing anything, `observe` fills the memory, and `save` / `load` keep it."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import batchrl
+
+SMALL = {"policy_layers": [16], "value_layers": [16], "batch_size": 8, "max_length": 200,
+         "replay_capacity": 100, "learning_starts": 20, "updates_per_step": 0.5}
+SPACE = gym.spaces.Box(np.array([-1.0, -1.0, -8.0], np.float32),
+                       np.array([1.0, 1.0, 8.0], np.float32))
+ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+def _agent(**overrides):
+    return batchrl.Agent.create("pendulum_sac", SPACE, ACTIONS, num_envs=2,
+                                **{**SMALL, **overrides})
+
+
+def _batch(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"observation": rng.uniform(-1, 1, (count, 3)).astype(np.float32),
+            "action": rng.uniform(-2, 2, (count, 1)).astype(np.float32),
+            "reward": rng.normal(size=count).astype(np.float32),
+            "terminated": rng.random(count) < 0.3,
+            "next_observation": rng.uniform(-1, 1, (count, 3)).astype(np.float32)}
+
+
+def test_update_stores_the_transitions_and_runs_the_updates_owed():
+    agent = _agent()
+    batch = _batch(30)
+    assert agent.update(batch) == 15  # 30 stored >= learning_starts: 0.5 per transition.
+    storage = agent._algo.memory.storage
+    np.testing.assert_allclose(storage["observ"][:30].numpy(), batch["observation"])
+    np.testing.assert_allclose(storage["nextob"][:30].numpy(), batch["next_observation"])
+    np.testing.assert_allclose(storage["action"][:30].numpy(), batch["action"] / 2.0,
+                               rtol=1e-6)  # [-2, 2] onto the policy's [-1, 1].
+    np.testing.assert_allclose(storage["reward"][:30].numpy(), batch["reward"])
+    np.testing.assert_allclose(storage["discount"][:30].numpy(),
+                               0.99 * (1.0 - batch["terminated"]), rtol=1e-6)
+    assert int(agent._algo.memory.size.numpy()) == 30
+    assert agent.update(_batch(3, seed=1)) == 16  # 1.5 owed: one now, the half carried.
+    assert agent.update(_batch(1, seed=2)) == 17
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda b: b.pop("terminated"), ValueError, "missing \\['terminated'\\]"),
+    (lambda b: b.update(extra=1), ValueError, "unknown \\['extra'\\]"),
+    (lambda b: b.update(action=b["action"] * 3), ValueError, "outside the bounds"),
+    (lambda b: b["reward"].__setitem__(0, np.nan), ValueError, "reward must be finite"),
+    (lambda b: b.update(observation=b["observation"][:, :2]), ValueError, "observation of "
+                                                                         "shape"),
+])
+def test_bad_batches_are_refused_and_store_nothing(change, error, message):
+    agent = _agent()
+    batch = _batch(5)
+    change(batch)
+    with pytest.raises(error, match=message):
+        agent.update(batch)
+    assert int(agent._algo.memory.size.numpy()) == 0
+
+
+def test_update_needs_a_replay_memory():
+    agent = batchrl.Agent.create("pendulum", SPACE, ACTIONS, num_envs=2, max_length=200)
+    with pytest.raises(TypeError, match="needs an algorithm with a replay memory"):
+        agent.update(_batch(5))
+
+
+def test_observe_fills_the_memory_and_save_load_keeps_it(tmp_path):
+    agent = _agent()
+    rng = np.random.default_rng(3)
+    for _ in range(15):
+        agent.act(rng.uniform(-1, 1, (2, 3)))
+        agent.observe(rng.normal(size=2), [False, False], [False, False],
+                      final_observation=rng.uniform(-1, 1, (2, 3)))
+    memory = agent._algo.memory
+    assert int(memory.size.numpy()) == 30 and int(agent._algo.updates.numpy()) == 6
+    agent.save(tmp_path / "agent")
+    loaded = batchrl.Agent.load(tmp_path / "agent")
+    for key, variable in memory.storage.items():
+        np.testing.assert_array_equal(loaded._algo.memory.storage[key].numpy(),
+                                      variable.numpy(), err_msg=key)
+    assert int(loaded._algo.updates.numpy()) == 6
