@@ -20,6 +20,7 @@ PROGRAMS = [
     ("benchmarks.speed", ["training"], "python -m benchmarks.speed training"),
     ("benchmarks.faults.injection", [], "python -m benchmarks.faults"),
     ("benchmarks.ray_scaling", [], "python -m benchmarks.ray_scaling"),
+    ("benchmarks.off_policy", [], "python -m benchmarks.off_policy"),
 ]
 
 
