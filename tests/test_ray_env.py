@@ -14,6 +14,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from batchrl import configs, environments
 from batchrl.environments.processes import ParallelBatchEnv
@@ -172,6 +173,24 @@ def test_pendulum_config_trains_on_ray_with_env_backend_alone(ray_cluster, tmp_p
     assert (logdir / "ckpt-400.index").exists()
     saved = configs.read_run_config(logdir / "config.yaml")
     assert saved.env == "Pendulum-v1" and saved.env_backend == "ray"
+
+
+def test_sac_trains_on_ray_actors(ray_cluster, tmp_path, capsys):
+    """An off-policy algorithm on Ray: the transitions of the actors' environments fill the
+    replay memory and the updates run (`pendulum_sac` with `env_backend: ray`)."""
+    logdir = tmp_path / "run"
+    assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--no-progress",
+                       "--set", "env_backend=ray", "--set", "num_agents=4",
+                       "--set", "num_workers=2", "--set", "steps=400",
+                       "--set", "eval_every=400", "--set", "eval_episodes=2",
+                       "--set", "learning_starts=100"]) == 0, capsys.readouterr().err
+    assert "Final eval mean_score" in capsys.readouterr().out
+    reader = tf.train.load_checkpoint(str(logdir / "ckpt-400"))
+    updates = [name for name in reader.get_variable_to_shape_map()
+               if name.startswith("updates/")]
+    # One update per transition from the batch step that brings the memory to 100 (the
+    # 25th of 4 agents) on: 400 - 24 * 4.
+    assert int(reader.get_tensor(updates[0])) == 400 - 96
 
 
 def test_backend_keys_that_contradict_are_one_line_errors():
