@@ -33,3 +33,101 @@ def test_envpool_faults_leave_nothing_behind(tmp_path):
     assert len(rows) == 3, text
     assert "was given a non-finite action: [nan]" in rows[0]
     assert "was given the action 2, outside the action space Discrete(2)" in rows[1]
+
+
+# The options of every run before `--config` (`python -m benchmarks.faults` with PPO).
+PPO_SETTINGS = ["--set", "steps=8000", "--set", "eval_every=1000", "--set", "num_agents=4",
+                "--set", "eval_episodes=2", "--set", "worker_timeout=5", "--set",
+                "max_length=200", "--set", "update_every=4", "--set", "update_epochs=2",
+                "--no-progress"]
+
+
+def _set_pairs(command):
+    """The `KEY=VALUE` of each `--set` of `command`."""
+    return [value for option, value in zip(command, command[1:], strict=False)
+            if option == "--set"]
+
+
+def _config_name(command):
+    """The `NAME` of `--config=NAME` in `command` (exactly one)."""
+    name, = (arg.split("=", 1)[1] for arg in command if arg.startswith("--config="))
+    return name
+
+
+def test_on_policy_settings_are_unchanged():
+    assert sorted(fault_injection.settings("pendulum")) == sorted(PPO_SETTINGS)
+    assert fault_injection.action_config("nan-action", "pendulum") == "pendulum"
+    assert fault_injection.action_config("bad-action", "pendulum") == "cartpole"
+
+
+def test_sac_settings_hold_no_on_policy_key_and_save_the_replay():
+    from batchrl.algorithms.ppo import PPO
+    from batchrl.algorithms.sac import SAC
+
+    pairs = _set_pairs(fault_injection.settings("pendulum_sac"))
+    keys = {pair.split("=", 1)[0] for pair in pairs}
+    assert not keys & (PPO.config_keys - SAC.config_keys), keys
+    assert not keys & {"update_every", "update_epochs"}
+    assert "save_replay=true" in pairs
+    assert "learning_starts=200" in pairs
+
+
+def test_sac_commands_load_and_build(tmp_path):
+    from batchrl import build, configs
+    from batchrl.algorithms.dqn import DQN
+    from batchrl.algorithms.sac import SAC
+
+    commands = [
+        (fault_injection._command(tmp_path, ["--set", f"env={fault_injection.ENV_NAME}"],
+                                  "pendulum_sac"), SAC),
+        (fault_injection._command(tmp_path, ["--set", f"env={fault_injection.ENVPOOL_NAME}"],
+                                  "pendulum_sac", backend="envpool",
+                                  module="benchmarks.faults.train"), SAC)]
+    for kind, algorithm, env in (("nan-action", SAC, "envpool:Pendulum-v1"),
+                                 ("bad-action", DQN, "envpool:CartPole-v1")):
+        config = fault_injection.action_config(kind, "pendulum_sac")
+        commands.append((fault_injection._command(
+            tmp_path, ["--set", f"env={env}"], config, backend="envpool",
+            module="benchmarks.faults.actions"), algorithm))
+    for command, algorithm in commands:
+        config = configs.load(_config_name(command), _set_pairs(command))
+        assert config.save_replay and config.replay_capacity == fault_injection.REPLAY_CAPACITY
+        assert build.algorithm_class(config) is algorithm, command
+
+
+def test_a_discrete_only_config_is_refused(capsys):
+    try:
+        fault_injection.main(["--config", "cartpole_dqn", "--trials", "0"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    else:
+        raise AssertionError("--config cartpole_dqn was accepted")
+    assert "acts only in Discrete action spaces" in capsys.readouterr().err
+
+
+def test_replay_kept_needs_a_transition_per_step(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    from batchrl.algorithms.replay import ReplayMemory
+
+    def saved(name, stored, step=8000, replay=True):
+        memory = ReplayMemory(((3,), tf.float32), ((1,), tf.float32),
+                              fault_injection.REPLAY_CAPACITY, num_agents=4)
+        memory.insert({"observ": np.zeros((stored, 3), np.float32),
+                       "nextob": np.zeros((stored, 3), np.float32),
+                       "action": np.zeros((stored, 1), np.float32),
+                       "reward": np.zeros(stored, np.float32),
+                       "discount": np.ones(stored, np.float32)})
+        state = {"replay": memory} if replay else {"other": tf.Variable(1)}
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(**state), tmp_path / name, 5)
+        manager.save(checkpoint_number=step)
+        return fault_injection.replay_kept(tmp_path / name)
+
+    assert saved("kept", 8000) == (
+        True, "replay memory at step 8,000: 8,000 transitions (expected 8,000)")
+    # A resume at step 5,000 that started with an empty memory.
+    assert saved("restarted", 3000)[0] is False
+    assert saved("none", 10, replay=False) == (False, "ckpt-8000 holds no replay memory")
+    assert fault_injection.replay_kept(tmp_path / "empty") == (
+        False, "no checkpoint to hold the replay memory")

@@ -5,11 +5,13 @@
         --output docs/faults-ray.md
     .venv/bin/python -m benchmarks.faults --backend envpool --trials 20 \
         --output docs/faults-envpool.md
+    .venv/bin/python -m benchmarks.faults --config pendulum_sac --trials 20 \
+        --output docs/faults-sac.md
 
-Each trial trains Pendulum (worker processes; with `--backend ray` Ray actors on a local
-Ray that the trainer starts; with `--backend envpool` EnvPool's `envpool:Pendulum-v1` in the
-trainer's process; short schedule) into a fresh run directory and injects one fault, chosen
-at random:
+Each trial trains Pendulum with `--config` (default `pendulum`: PPO) in worker processes
+(with `--backend ray` Ray actors on a local Ray that the trainer starts; with `--backend
+envpool` EnvPool's `envpool:Pendulum-v1` in the trainer's process), on a short schedule, into
+a fresh run directory and injects one fault, chosen at random:
 
 - a worker fault at a random step (benchmarks/faults/envs.py): an exception (`raise`), an exit
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
@@ -50,6 +52,13 @@ the trainer, some of them take about a minute to exit; the detail says how long 
 unreadable checkpoints (the latest checkpoint cannot be read), and resumed runs that lost
 more than one checkpoint interval (the resumed step is more than `eval_every` behind the
 last step the killed run reported).
+
+The runs' settings follow the algorithm of `--config` (`settings`): a short on-policy
+schedule for ppo, trpo and a2c; for sac and td3 a small replay memory that goes into the
+checkpoints (`save_replay: true`), and each trial that resumes must end with a memory that
+holds every training step (`replay_kept`: one that restarted empty would hold only the steps
+since the resume), counted as resumed runs that did not keep the replay memory. The
+bad-action trial of an off-policy `--config` uses `cartpole_dqn` (Discrete actions).
 """
 
 import argparse
@@ -72,10 +81,25 @@ from benchmarks.faults.train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIAB
 MARKER = "BATCHRL_FAULT_TRIAL"
 STEPS = 8000
 EVAL_EVERY = 1000
-SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}", "--set", "num_agents=4",
-            "--set", "eval_episodes=2", "--set", "update_every=4", "--set", "update_epochs=2",
-            "--set", "worker_timeout=5", "--set",
-            "max_length=200", "--no-progress"]
+DEFAULT_CONFIG = "pendulum"
+# The `--set` pairs of every run, whatever its algorithm.
+COMMON_SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}",
+                   "--set", "num_agents=4", "--set", "eval_episodes=2", "--set",
+                   "worker_timeout=5", "--set", "max_length=200"]
+# And those of its algorithm's family: a short on-policy schedule, or a small replay memory
+# that goes into the checkpoints (`save_replay`), so that a resumed run keeps it.
+ON_POLICY_SETTINGS = ["--set", "update_every=4", "--set", "update_epochs=2"]
+REPLAY_CAPACITY = 20000  # More than STEPS: the memory of a finished run holds every step.
+# The replay memory's count of stored transitions in a checkpoint (batchrl.algorithms.replay).
+REPLAY_SIZE = "replay/_size/.ATTRIBUTES/VARIABLE_VALUE"
+OFF_POLICY_SETTINGS = ["--set", "learning_starts=200", "--set",
+                       f"replay_capacity={REPLAY_CAPACITY}", "--set", "save_replay=true"]
+OFF_POLICY = ("sac", "td3", "dqn")  # Algorithms that learn from a replay memory.
+DISCRETE_ONLY = ("dqn",)  # Algorithms without Box actions: they cannot act in Pendulum.
+# The configs of the envpool action trials (nan-action: Box actions, bad-action: Discrete
+# actions) for an on-policy --config; an off-policy one uses itself and DISCRETE_OFF_POLICY.
+ON_POLICY_ACTION_CONFIGS = {"nan-action": "pendulum", "bad-action": "cartpole"}
+DISCRETE_OFF_POLICY = "cartpole_dqn"
 SAVES = STEPS // EVAL_EVERY  # Checkpoints a run writes.
 KEEP_CHECKPOINTS = 5  # The Loop's default `keep_checkpoints`.
 ENV_NAME = "benchmarks.faults.envs:FaultyPendulum"
@@ -87,6 +111,8 @@ FAULT_KINDS = WORKER_FAULTS + ENV_FAULTS + tuple(SIGNALS) + SAVE_FAULTS
 RESTART_FAULTS = ("kill-restart",)  # Only with --backend ray.
 ACTION_FAULTS = ("nan-action", "bad-action")  # Only with --backend envpool.
 KWARGS_FAULTS = ("bad-kwargs",)  # Only with --backend envpool.
+# The faults after which the same command resumes and must finish.
+RESUME_FAULTS = tuple(SIGNALS) + SAVE_FAULTS + ACTION_FAULTS
 ENVPOOL_NAME = "envpool:Pendulum-v1"
 # `env_kwargs` of the bad-kwargs trials: (value, exit code, part of the error message).
 BAD_KWARGS = (("{bogus_option: 1}", 2, "has no option 'bogus_option'"),
@@ -110,10 +136,42 @@ TIME_LIMIT = 180  # Seconds a run may take before it counts as hung.
 LEFTOVER_GRACE = 120.0
 
 
-def _command(logdir, env_args, module="batchrl.scripts.train", backend="processes",
-             config="pendulum"):
+@functools.cache
+def algorithm_of(config):
+    """The config key `algorithm` of config `config` (a name under `configs/` or a path).
+
+    Raises:
+      ConfigError: the config cannot be loaded (`batchrl.configs.load`).
+    """
+    from batchrl import configs
+
+    return configs.load(config).algorithm
+
+
+def settings(config):
+    """The options of every run of a trial with `config`: `COMMON_SETTINGS`, then
+    `OFF_POLICY_SETTINGS` for an algorithm of `OFF_POLICY` or `ON_POLICY_SETTINGS` for
+    another (the keys of one family are refused by the other's algorithms), then
+    `--no-progress`. Returns a list of str."""
+    family = OFF_POLICY_SETTINGS if algorithm_of(config) in OFF_POLICY else ON_POLICY_SETTINGS
+    return [*COMMON_SETTINGS, *family, "--no-progress"]
+
+
+def action_config(kind, config):
+    """The config of an envpool action trial `kind` (`ACTION_FAULTS`) for the command's
+    `config`: one with Box actions for nan-action, with Discrete actions for bad-action, of
+    the same family (`ON_POLICY_ACTION_CONFIGS`; `config` itself or `DISCRETE_OFF_POLICY`
+    when it is off-policy)."""
+    if algorithm_of(config) not in OFF_POLICY:
+        return ON_POLICY_ACTION_CONFIGS[kind]
+    return config if kind == "nan-action" else DISCRETE_OFF_POLICY
+
+
+def _command(logdir, env_args, config, module="batchrl.scripts.train", backend="processes"):
+    """The command line of a run of `config` into `logdir` with the extra options
+    `env_args`."""
     return [sys.executable, "-m", module, f"--config={config}", f"--logdir={logdir}",
-            *SETTINGS, *BACKENDS[backend], *env_args]
+            *settings(config), *BACKENDS[backend], *env_args]
 
 
 def _env_name(backend):
@@ -182,6 +240,31 @@ def checkpoint_readable(logdir):
         return True
     except Exception:  # noqa: BLE001 - any failure to read counts.
         return False
+
+
+def replay_kept(logdir):
+    """Whether the replay memory in the latest checkpoint of `logdir` holds one transition
+    per training step before it, as the memory of a finished run whose resumes restored it
+    (`save_replay: true`) does: `REPLAY_CAPACITY` exceeds `STEPS`, and a resume that started
+    with an empty memory would hold only the steps since. Returns `(bool, description)`.
+    """
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(str(logdir))
+    if path is None:
+        return False, "no checkpoint to hold the replay memory"
+    try:
+        reader = tf.train.load_checkpoint(path)
+        shapes = reader.get_variable_to_shape_map()
+        size = reader.get_tensor(REPLAY_SIZE) if REPLAY_SIZE in shapes else None
+    except Exception:  # noqa: BLE001 - counted as an unreadable checkpoint.
+        return False, "the replay memory cannot be read"
+    step = _step_of(pathlib.Path(path).name)
+    if size is None:
+        return False, f"{pathlib.Path(path).name} holds no replay memory"
+    expected = min(step, REPLAY_CAPACITY)
+    return int(size) == expected, (f"replay memory at step {step:,}: {int(size):,} "
+                                   f"transitions (expected {expected:,})")
 
 
 def _run(command, env, kill_after=None, signum=None, logdir=None, marker=None):
@@ -279,11 +362,13 @@ def _error_detail(stderr):
     return error, "no error line" + (f"; uncaught {uncaught[0][:120]}" if uncaught else "")
 
 
-def trial(index, kind, rng, workdir, backend="processes"):
-    """Runs one trial; returns a dict describing what happened."""
+def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG):
+    """Runs one trial of fault `kind` with `config` (a config name or path); returns a dict
+    describing what happened. With an off-policy `config`, a trial that resumes must also end
+    with the replay memory of every step (`replay_kept`; key `replay_lost`)."""
     logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
     env = _environment(index)
-    command = functools.partial(_command, backend=backend)
+    command = functools.partial(_command, config=config, backend=backend)
     result = {"trial": index, "fault": kind, "hung": False, "leftover": 0, "left": [],
               "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
     if kind in RESTART_FAULTS:
@@ -318,7 +403,7 @@ def trial(index, kind, rng, workdir, backend="processes"):
         result["ok"] = code == 1 and len(error) == 1 and expected in error[0]
         result["detail"] = f"{where}: exit {code}, {seconds:.0f} s; {summary}"
     elif kind in ACTION_FAULTS:
-        result.update(_action_trial(kind, rng, logdir, env, backend))
+        result.update(_action_trial(kind, rng, logdir, env, backend, config))
     elif kind in KWARGS_FAULTS:
         kwargs, expected_code, expected = rng.choice(BAD_KWARGS)
         env_args = ["--set", f"env={ENVPOOL_NAME}", "--set", f"env_kwargs={kwargs}"]
@@ -331,7 +416,7 @@ def trial(index, kind, rng, workdir, backend="processes"):
         result["detail"] = (f"env_kwargs {kwargs}: exit {code}, {seconds:.0f} s; {summary}; "
                             f"files written: {', '.join(written) or 'none'}")
     elif kind in SAVE_FAULTS:
-        result.update(_save_trial(index, rng, workdir, logdir, env, backend))
+        result.update(_save_trial(index, rng, workdir, logdir, env, backend, config))
     else:
         delay = rng.uniform(0.0, 4.0)
         env_args = ["--set", f"env={_env_name(backend)}"]
@@ -355,6 +440,11 @@ def trial(index, kind, rng, workdir, backend="processes"):
                             f"stopped or reported step {reached:,}, resumed at "
                             f"{resumed_at:,}, resumed run exit {resumed_code} ({more:.0f} s)"
                             + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
+    if kind in RESUME_FAULTS and algorithm_of(config) in OFF_POLICY:
+        kept, description = replay_kept(logdir)
+        result["replay_lost"] = not kept
+        result["ok"] = result["ok"] and kept
+        result["detail"] += f"; {description}"
     _count_leftovers(result, index)
     result["unreadable"] |= not checkpoint_readable(logdir)
     if result["exit_seconds"] >= 1.0:
@@ -365,16 +455,16 @@ def trial(index, kind, rng, workdir, backend="processes"):
     return result
 
 
-def _action_trial(kind, rng, logdir, env, backend):
-    """A `nan-action` or `bad-action` trial: bad actions at a random step (exit code 1),
-    then the same command without the fault, which must resume from the latest checkpoint
-    and finish."""
+def _action_trial(kind, rng, logdir, env, backend, config):
+    """A `nan-action` or `bad-action` trial (with `action_config(kind, config)`): bad actions
+    at a random step (exit code 1), then the same command without the fault, which must
+    resume from the latest checkpoint and finish."""
     after = rng.randint(50, 1500)
-    fault, config, name, expected = (
-        ("nan", "pendulum", ENVPOOL_NAME, "non-finite action") if kind == "nan-action" else
-        ("bad", "cartpole", "envpool:CartPole-v1", "outside the action space Discrete(2)"))
-    command = _command(logdir, ["--set", f"env={name}"], module="benchmarks.faults.actions",
-                       backend=backend, config=config)
+    fault, name, expected = (
+        ("nan", ENVPOOL_NAME, "non-finite action") if kind == "nan-action" else
+        ("bad", "envpool:CartPole-v1", "outside the action space Discrete(2)"))
+    command = _command(logdir, ["--set", f"env={name}"], action_config(kind, config),
+                       module="benchmarks.faults.actions", backend=backend)
     faulty = dict(env, **{KIND_VARIABLE: fault, AFTER_VARIABLE: str(after)})
     code, stdout, stderr, seconds = _run(command, faulty)
     error, summary = _error_detail(stderr)
@@ -397,14 +487,14 @@ def _action_trial(kind, rng, logdir, env, backend):
     return result
 
 
-def _save_trial(index, rng, workdir, logdir, env, backend):
+def _save_trial(index, rng, workdir, logdir, env, backend, config):
     """A `sigkill-save` trial: SIGKILL inside a checkpoint write, then the same command."""
     stage = rng.choice(STAGES)
     save = rng.randint(KEEP_CHECKPOINTS + 1 if stage == "sweep" else 2, SAVES)
     marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
     stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
                             MARKER_VARIABLE: str(marker)})
-    command = _command(logdir, ["--set", f"env={_env_name(backend)}"],
+    command = _command(logdir, ["--set", f"env={_env_name(backend)}"], config,
                        module="benchmarks.faults.train", backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
     result = {"hung": code is None, "leftover": 0, "left": [],
@@ -450,6 +540,9 @@ def report(results):
             sum(r["lost_interval"] for r in results),
         "trials with an unexpected outcome": sum(not r["ok"] for r in results),
     }
+    if any("replay_lost" in r for r in results):  # Off-policy runs that resumed.
+        totals["resumed runs that did not keep the replay memory"] = sum(
+            r.get("replay_lost", False) for r in results)
     summary = "\n".join(f"- {name}: {value}" for name, value in totals.items())
     return summary + "\n\n" + "\n".join(rows) + "\n", totals
 
@@ -477,8 +570,20 @@ def main(argv=None):
                         help="the fault kinds to draw from (default: all of the backend's: "
                              + "; ".join(f"{backend}: {' '.join(kinds)}"
                                          for backend, kinds in BACKEND_FAULTS.items()) + ")")
+    parser.add_argument("--config", default=DEFAULT_CONFIG,
+                        help="the config of the runs (a name under configs/ or a path), with "
+                             "Box actions; the settings follow its algorithm: a short "
+                             "schedule for ppo, trpo and a2c, a small replay memory saved in "
+                             "the checkpoints for sac and td3 (default: %(default)s)")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
+    try:
+        algorithm = algorithm_of(args.config)
+    except ValueError as error:  # ConfigError.
+        parser.error(f"--config {args.config}: {error}")
+    if algorithm in DISCRETE_ONLY:
+        parser.error(f"--config {args.config}: algorithm {algorithm} acts only in Discrete "
+                     f"action spaces; the trials train Pendulum (Box actions)")
     if args.faults is None:
         args.faults = list(BACKEND_FAULTS[args.backend])
     foreign = [kind for kind in args.faults if kind not in BACKEND_FAULTS[args.backend]]
@@ -491,7 +596,7 @@ def main(argv=None):
         for index in range(args.trials):
             kind = args.faults[index % len(args.faults)] if index < len(args.faults) \
                 else rng.choice(args.faults)
-            results.append(trial(index, kind, rng, workdir, args.backend))
+            results.append(trial(index, kind, rng, workdir, args.backend, args.config))
             print(f"trial {index:2d} {kind:12s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
                   f"{results[-1]['detail']}", flush=True)
     text, totals = report(results)
@@ -500,7 +605,5 @@ def main(argv=None):
         pathlib.Path(args.output).write_text(
             "# Fault injection\n\nWritten by `python -m benchmarks.faults "
             f"{shlex.join(sys.argv[1:] if argv is None else argv)}`.\n\n" + text)
-    bad = totals["hangs"] + totals["leftover processes"] + totals["unreadable checkpoints"] \
-        + totals["resumed runs that lost more than one checkpoint interval"] \
-        + totals["trials with an unexpected outcome"]
+    bad = sum(value for name, value in totals.items() if name != "trials")
     return 1 if bad else 0
