@@ -3,7 +3,7 @@ random policy) go into the replay memory with Agent.update(batch), and the agent
 them before it acts; then it learns from its own play.
 
 Usage: python examples/dqn_logged_data.py [STEPS [SEED]]; prints the eval return after the
-logged data and after STEPS steps of its own (default 20,000).
+logged data and every 4,000 steps of its own, up to STEPS (default 40,000) or 475.
 """
 import sys
 
@@ -12,7 +12,7 @@ import numpy as np
 
 import batchrl
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40_000
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 mode = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 envs = gym.make_vec("CartPole-v1", 8, vectorization_mode="sync", vector_kwargs=mode)
@@ -73,5 +73,9 @@ while agent.step < steps:
     if "final_obs" in info:
         final[info["_final_obs"]] = np.stack(info["final_obs"][info["_final_obs"]])
     agent.observe(reward, terminated, truncated, final_observation=final)
-print(f"step {agent.step:,}: eval return {evaluate():.1f}", flush=True)
+    if agent.step % 4_000 == 0:
+        score = evaluate()
+        print(f"step {agent.step:,}: eval return {score:.1f}", flush=True)
+        if score >= 475:
+            break
 agent.close()

@@ -11,12 +11,13 @@ SCRIPT = ROOT / "examples" / "dqn_logged_data.py"
 
 def test_example_learns_from_logged_data_then_from_its_own_play():
     """4,000 random transitions: 2,000 updates (updates_per_step 0.5) before the agent
-    acts; after 12k steps of its own the greedy policy balances far longer than a random
-    one (about 22 steps; seed 0 reached 500 at 20k steps)."""
-    result = subprocess.run([sys.executable, str(SCRIPT), "12000", "0"], capture_output=True,
+    acts; within 8k steps of its own the greedy policy balances far longer than a random
+    one (about 22 steps; seed 0: 63.4 after the logged data, 301.8 at 4k steps, 500 at
+    32k)."""
+    result = subprocess.run([sys.executable, str(SCRIPT), "8000", "0"], capture_output=True,
                             text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
-    first, last = [line for line in result.stdout.splitlines() if "eval return" in line]
-    assert first.startswith("logged data: 2000 updates, eval return ")
-    assert last.startswith("step 12,000: eval return ")
-    assert float(last.rsplit(" ", 1)[1]) >= 100.0
+    lines = [line for line in result.stdout.splitlines() if "eval return" in line]
+    assert lines[0].startswith("logged data: 2000 updates, eval return ")
+    assert [line.split(":")[0] for line in lines[1:]] == ["step 4,000", "step 8,000"]
+    assert max(float(line.rsplit(" ", 1)[1]) for line in lines[1:]) >= 150.0
