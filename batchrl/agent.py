@@ -326,8 +326,7 @@ class Agent:
           ValueError: a missing or unknown key, wrong shapes, non-finite values, actions
             outside the space (nothing is stored).
         """
-        add = getattr(self._algo, "add_transitions", None)
-        if add is None:
+        if not hasattr(self._algo, "add_transitions"):
             raise TypeError(
                 f"Agent.update(batch) needs an algorithm with a replay memory (sac, td3, "
                 f"dqn); {self._config.algorithm!r} learns from its own episodes")
