@@ -32,7 +32,7 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "worker_restarts", "learning_starts",
                  "target_noise", "target_noise_clip"}
-_UNIT_INTERVAL = {"discount", "gae_lambda"}
+_UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads"}
 _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy"}

@@ -242,7 +242,5 @@ def test_configuration_errors_name_the_key():
     batch_env = _mock((3,))
     with pytest.raises(ValueError, match="exploration type 'epsilon_decay' does not fit"):
         _build(TD3, batch_env, exploration={"type": "epsilon_decay"})
-    with pytest.raises(ValueError, match="'target_update_rate' must be in"):
-        _build(SAC, batch_env, target_update_rate=1.5)
     with pytest.raises(ValueError, match="dqn needs a Discrete action space"):
         _build(DQN, batch_env)

@@ -87,7 +87,8 @@ class OffPolicyAlgorithm:
         `value_layers`, `activation`, `seed`.
 
     Raises:
-      ValueError: a bad `exploration` spec, replay setting or action space.
+      ValueError: a bad `exploration` or `prioritized_replay` spec or action space
+        (the ranges of the other keys are checked by `configs.load`).
     """
 
     name = "off_policy"
@@ -117,7 +118,6 @@ class OffPolicyAlgorithm:
                 f"{self.name} needs a Discrete action space; use sac or td3 for Box actions"
                 if self.discrete_actions else
                 f"{self.name} needs continuous (Box) actions; use dqn for Discrete ones")
-        _check_config(config)
         self._batch_size = int(config.batch_size or self.default_batch_size)
         self._observ_filter = StreamingNormalize(
             self._observ_shape, center=config.normalize_observ,
@@ -373,20 +373,6 @@ class OffPolicyAlgorithm:
     @staticmethod
     def _adam(learning_rate):
         return keras.optimizers.Adam(float(learning_rate))
-
-
-def _check_config(config):
-    """Raises ValueError (naming the key) for replay settings out of range."""
-    for key, least in (("replay_capacity", 1), ("learning_starts", 0), ("n_step", 1),
-                       ("target_update_every", 1)):
-        if int(config[key]) < least:
-            raise ValueError(f"config key {key!r} must be at least {least}, got {config[key]}")
-    if not config.updates_per_step > 0:
-        raise ValueError(f"config key 'updates_per_step' must be > 0, got "
-                         f"{config.updates_per_step}")
-    if not 0 < config.target_update_rate <= 1:
-        raise ValueError(f"config key 'target_update_rate' must be in (0, 1], got "
-                         f"{config.target_update_rate}")
 
 
 def _storage_dtype(space, default):
