@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms import off_policy, q_networks
+from batchrl.tools.graph import after
 
 
 def double_q_target(reward, discount, next_online_q, next_target_q, double=True):
@@ -114,7 +115,7 @@ class DQN(off_policy.OffPolicyAlgorithm):
             targets = self._update_targets([(self._target_q, self._q)])
         diagnostics = {"loss": loss, "q": tf.reduce_mean(q), "gradient_norm": norm,
                        "epsilon": self._epsilon()}
-        return ({key: off_policy.after([targets], value) for key, value in diagnostics.items()},
+        return ({key: after([targets], value) for key, value in diagnostics.items()},
                 error)
 
     def _epsilon(self):

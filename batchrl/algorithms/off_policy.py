@@ -14,13 +14,8 @@ from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms.replay import ReplayMemory
 from batchrl.optimizers import base as optimizers_base
 from batchrl.tools import nested
+from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
-
-
-def after(dependencies, value):
-    """`value` (`tf.identity`) once the operations `dependencies` (None ignored) ran."""
-    with tf.control_dependencies([d for d in dependencies if d is not None]):
-        return tf.identity(value)
 
 
 def polyak(target, online, rate):

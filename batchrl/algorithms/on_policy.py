@@ -11,12 +11,8 @@ import tensorflow as tf
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.memory import EpisodeMemory
 from batchrl.tools import nested
+from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
-
-
-def _after(dependencies, value):
-    with tf.control_dependencies([d for d in dependencies if d is not None]):
-        return tf.identity(value)
 
 
 class OnPolicyAlgorithm:
@@ -248,7 +244,7 @@ class OnPolicyAlgorithm:
         if self._recurrent:
             zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
             cleared.append(self._state.scatter_nd_update(rows, zeros))
-        return _after(cleared, True)
+        return after(cleared, True)
 
     def perform(self, agent_indices, observ):
         """Actions for the given agents: sampled while training, the mode otherwise.
@@ -283,7 +279,7 @@ class OnPolicyAlgorithm:
                 stored.append(self._last_state.scatter_nd_update(rows, state))
                 with tf.control_dependencies(stored):
                     stored.append(self._state.scatter_nd_update(rows, new_state))
-            return _after(stored, action)
+            return after(stored, action)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Records a transition of the given agents while training.
@@ -322,7 +318,7 @@ class OnPolicyAlgorithm:
                 self._episode_final.scatter_nd_update(rows, normalized_next),
                 self._episode_terminated.scatter_nd_update(rows, terminated),
             ]
-            return _after(statistics + stored, True)
+            return after(statistics + stored, True)
 
     def _reward_statistic(self, rows, reward):
         """What the reward normalizer's standard deviation is taken of: the rewards, or
@@ -330,7 +326,7 @@ class OnPolicyAlgorithm:
         if self._config.reward_normalizer == "reward":
             return reward
         returns = self._config.discount * tf.gather_nd(self._return, rows) + reward
-        return _after([self._return.scatter_nd_update(rows, returns)], returns)
+        return after([self._return.scatter_nd_update(rows, returns)], returns)
 
     def end_episodes(self, agent_indices):
         """Moves the finished episodes of the given agents into the memory while training,
@@ -382,7 +378,7 @@ class OnPolicyAlgorithm:
                     for name, value in histograms.items()]
                 self._observ_filter.summary()
                 self._reward_filter.summary()
-            return _after(summaries, True)
+            return after(summaries, True)
 
     def _update_step(self):
         """The update itself, free of summaries so that XLA can compile it; empties the

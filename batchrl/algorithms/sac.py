@@ -10,6 +10,7 @@ import math
 import tensorflow as tf
 
 from batchrl.algorithms import off_policy, q_networks
+from batchrl.tools.graph import after
 
 
 class SAC(off_policy.OffPolicyAlgorithm):
@@ -140,6 +141,6 @@ class SAC(off_policy.OffPolicyAlgorithm):
             "temperature": alpha, "entropy": -tf.reduce_mean(log_prob),
             "q": tf.reduce_mean(new_q), "critic_gradient_norm": critic_norm,
             "actor_gradient_norm": actor_norm}
-        diagnostics = {key: off_policy.after([targets], value)
+        diagnostics = {key: after([targets], value)
                        for key, value in diagnostics.items()}
         return diagnostics, tf.reduce_mean(tf.abs(td_error), 0)

@@ -9,6 +9,7 @@ import math
 import tensorflow as tf
 
 from batchrl.algorithms import off_policy, q_networks
+from batchrl.tools.graph import after
 
 
 class TD3(off_policy.OffPolicyAlgorithm):
@@ -111,7 +112,7 @@ class TD3(off_policy.OffPolicyAlgorithm):
                     (self._target_actor, self._actor), (self._target_critic, self._critic))
                     for op in off_policy.polyak(
                         target.variables, online.variables, config.target_update_rate)]
-            return off_policy.after(moved, self._actor_loss.assign(loss))
+            return after(moved, self._actor_loss.assign(loss))
 
         with tf.control_dependencies([critic_norm]):
             due = tf.equal((self._updates + 1) % int(config.policy_delay), 0)

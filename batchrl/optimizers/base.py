@@ -113,9 +113,3 @@ def assign(variables, values):
                 for variable, value in zip(variables, values, strict=True)]
     with tf.control_dependencies(assigned):
         return tf.constant(0.0)
-
-
-def after(dependencies, values):
-    """`values` (a nested structure of tensors), computed after `dependencies`."""
-    with tf.control_dependencies(tf.nest.flatten(dependencies)):
-        return tf.nest.map_structure(tf.identity, values)

@@ -5,6 +5,7 @@ import weakref
 
 import tensorflow as tf
 
+from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingMean
 
 # Running score and length of each agent's current episode, and the statistics of the
@@ -40,24 +41,14 @@ def episode_state(batch_env):
     return _EPISODE_STATE[batch_env]
 
 
-def _dependencies(result):
-    """The tensors and operations in what an algorithm method returned (may be None)."""
-    return [x for x in tf.nest.flatten(result) if x is not None]
-
-
-def _after(dependencies, value):
-    with tf.control_dependencies(dependencies):
-        return tf.identity(value)
-
-
 def _indices(mask):
     """int32 `[n]`, the indices of the True entries of the bool vector `mask`."""
     return tf.cast(tf.reshape(tf.where(mask), [-1]), tf.int32)
 
 
-def _write_summaries(state, log, after):
+def _write_summaries(state, log, ready):
     """When `log` is true and episodes were recorded, writes the `mean_score` and
-    `mean_length` of the recorded episodes (after `after`) and starts a new average."""
+    `mean_length` of the recorded episodes (after `ready`) and starts a new average."""
 
     def write():
         with tf.name_scope("/"):  # Plain tags, whatever scope this runs in.
@@ -65,7 +56,7 @@ def _write_summaries(state, log, after):
             length_written = tf.summary.scalar("mean_length", state.mean_length.clear())
         return tf.logical_and(score_written, length_written)
 
-    with tf.control_dependencies([after]):
+    with tf.control_dependencies([ready]):
         return tf.cond(tf.logical_and(log, state.mean_score.count > 0), write,
                        lambda: tf.constant(False))
 
@@ -78,7 +69,7 @@ def _begin_all(batch_env, state, reset):
     def prepare():
         forgot = [state.mean_score.clear(), state.mean_length.clear()]
         marked = batch_env.done.assign(tf.ones([len(batch_env)], tf.bool))
-        return _after(forgot + [marked], True)
+        return after(forgot + [marked], True)
 
     return tf.cond(reset, prepare, lambda: tf.constant(False))
 
@@ -163,7 +154,7 @@ def act(batch_env, algo, observ):
     with tf.control_dependencies([began]):
         observ = tf.identity(batch_env.observ)
         action = algo.perform(tf.range(len(batch_env)), observ)
-    return _after([batch_env.action.assign(action)], action)
+    return after([batch_env.action.assign(action)], action)
 
 
 def observe(batch_env, algo, reward, terminated, truncated, nextob, log):
@@ -215,7 +206,7 @@ def _begin_flagged(batch_env, algo, state, prepared, reset_envs):
             clear_score = state.score.scatter_nd_update(rows, tf.cast(zeros, tf.float32))
             clear_length = state.length.scatter_nd_update(rows, zeros)
             began = algo.begin_episodes(begin_indices)
-        return _after([clear_score, clear_length] + _dependencies(began), True)
+        return after([clear_score, clear_length, began], True)
 
     with tf.control_dependencies(prepared):
         any_begin = tf.reduce_any(batch_env.done)
@@ -245,12 +236,12 @@ def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
 
             def experience(indices):
                 values = [tf.gather(x, indices) for x in (observ, action, reward, done, nextob)]
-                return _after(_dependencies(algo.experience(indices, *values)), True)
+                return after(algo.experience(indices, *values), True)
 
             experienced = tf.cond(
                 tf.reduce_any(cut), lambda: experience(_indices(tf.logical_not(cut))),
-                lambda: _after(_dependencies(algo.experience(
-                    all_indices, observ, action, reward, done, nextob)), True))
+                lambda: after(algo.experience(
+                    all_indices, observ, action, reward, done, nextob), True))
 
     def end_episodes():
         end_indices = _indices(ended_mask)
@@ -260,10 +251,10 @@ def _finish_step(batch_env, algo, state, observ, action, done, nextob, log):
                 tf.cast(tf.gather(state.length, end_indices), tf.float32)),
         ]
         ended = algo.end_episodes(end_indices)
-        return _after(recorded + _dependencies(ended), True)
+        return after([recorded, ended], True)
 
-    any_end = _after([add_score, add_length] + _dependencies(experienced),
-                     tf.reduce_any(ended_mask))
+    any_end = after([add_score, add_length, experienced],
+                    tf.reduce_any(ended_mask))
     ended = tf.cond(any_end, end_episodes, lambda: tf.constant(False))
 
     logged = ended if log is False else _write_summaries(state, log, ended)
