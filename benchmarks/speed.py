@@ -21,7 +21,7 @@ value together), and the ratio against the baseline measured in the same process
 `training`: a round trains every variant once, one after the other, each in its own `python
 -m batchrl.scripts.train` process (a fresh TensorFlow, as a user's run), for `--steps` steps
 without evaluation; its figure is the run's training steps/s (updates included) that the
-Loop writes to its event files (`batchrl.scripts.benchmark.train_speed`, what the command
+Loop writes to its event files (`batchrl.scripts.run_summary.train_speed`, what the command
 prints as "Trained N steps at R steps/s"), which leaves out start-up and tracing.
 Reported per variant: every round's steps/s, the median, and the median over rounds of its
 ratio to the baseline of the same round (the host's speed drifts between rounds; a ratio
@@ -40,7 +40,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from batchrl.scripts.benchmark import train_speed
+from batchrl.scripts.run_summary import train_speed
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

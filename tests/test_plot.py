@@ -1,5 +1,5 @@
-"""batchrl-plot and batchrl-benchmark (batchrl/scripts/plot.py, benchmark.py) on small
-synthetic event files."""
+"""batchrl-plot and batchrl-benchmark (batchrl/scripts/plot.py, benchmark.py,
+run_summary.py) on small synthetic event files."""
 
 import pathlib
 import time
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.scripts import benchmark as learning_benchmark
-from batchrl.scripts import plot
+from batchrl.scripts import plot, run_summary
 from batchrl.scripts.events import Scalar
 
 EVAL_STEPS = [20000, 40000, 60000]
@@ -64,7 +64,7 @@ def bench(tmp_path_factory):
                    training_seconds=[2.5, 7.5, 12.5] if seed == 0 else None,
                    phases=phases.get(seed))
     # The launch times that batchrl-benchmark writes; train's printed text is not read.
-    (logdir / "fake" / "seed-0" / learning_benchmark.LOG_NAME).write_text(
+    (logdir / "fake" / "seed-0" / run_summary.LOG_NAME).write_text(
         f"# launched at {launched - 100:.3f}\n"
         "Trained 20,000 steps at 9 steps/s (including updates).\n"
         f"# launched at {launched:.3f}\n")
@@ -153,17 +153,17 @@ def test_plot_writes_a_png(bench, tmp_path):
 
 def test_train_speed_is_read_from_the_event_files(bench, tmp_path):
     # All phases' steps over all their seconds, not the mean of the phases' rates.
-    assert learning_benchmark.train_speed(bench / "fake" / "seed-0") == pytest.approx(1500.0)
-    assert learning_benchmark.train_speed(bench / "fake" / "seed-1") == pytest.approx(2000.0)
-    assert learning_benchmark.train_speed(bench / "fake" / "seed-2") is None
-    assert not (bench / "fake" / "seed-1" / learning_benchmark.LOG_NAME).exists()
-    assert learning_benchmark.train_speed(tmp_path / "missing") is None
+    assert run_summary.train_speed(bench / "fake" / "seed-0") == pytest.approx(1500.0)
+    assert run_summary.train_speed(bench / "fake" / "seed-1") == pytest.approx(2000.0)
+    assert run_summary.train_speed(bench / "fake" / "seed-2") is None
+    assert not (bench / "fake" / "seed-1" / run_summary.LOG_NAME).exists()
+    assert run_summary.train_speed(tmp_path / "missing") is None
 
 
 def test_benchmark_helpers():
     assert learning_benchmark.parse_thresholds(["cartpole=475", "pendulum=-250"]) == {
         **learning_benchmark.DEFAULT_THRESHOLDS, "pendulum": -250.0, "cartpole": 475.0}
-    assert learning_benchmark.launch_times(
+    assert run_summary.launch_times(
         "# launched at 12.5\n$ python\n# launched at 20.25\n") == [12.5, 20.25]
     with pytest.raises(ValueError, match="CONFIG=VALUE"):
         learning_benchmark.parse_thresholds(["cartpole"])
@@ -176,17 +176,17 @@ def test_benchmark_helpers():
 def test_checkpoint_step_and_discover(bench, tmp_path):
     run = tmp_path / "pendulum" / "seed-0"
     (run / "eval").mkdir(parents=True)
-    assert learning_benchmark.checkpoint_step(run) == 0
+    assert run_summary.checkpoint_step(run) == 0
     (run / "checkpoint").write_text('model_checkpoint_path: "ckpt-40000"\n'
                                     'all_model_checkpoint_paths: "ckpt-20000"\n')
-    assert learning_benchmark.checkpoint_step(run) == 40000
+    assert run_summary.checkpoint_step(run) == 40000
     (tmp_path / "cartpole" / "seed-3" / "train").mkdir(parents=True)
     (tmp_path / "notes" / "seed-1").mkdir(parents=True)  # Not a run: no train/ or eval/.
-    found = learning_benchmark.discover(tmp_path)
+    found = run_summary.discover(tmp_path)
     assert found == {"cartpole": {3: tmp_path / "cartpole" / "seed-3"},
                      "pendulum": {0: run}}
-    assert list(learning_benchmark.discover(tmp_path, ["pendulum"])) == ["pendulum"]
-    assert list(learning_benchmark.discover(bench)["fake"]) == [0, 1, 2]
+    assert list(run_summary.discover(tmp_path, ["pendulum"])) == ["pendulum"]
+    assert list(run_summary.discover(bench)["fake"]) == [0, 1, 2]
 
 
 def test_report_table_holds_the_expected_numbers(bench, tmp_path):
@@ -235,7 +235,7 @@ def test_untraced_target_leaves_out_tracing():
     # 8.0 - 4.5 = 3.5 and 7.3 - 4.4 = 2.9 s without tracing; the third seed never reached
     # the threshold (infinite): the median is 3.5 s, within 4 s, though 8.0 s with tracing.
     rows = [_row(0, 8.0, 4.5), _row(1, 7.3, 4.4), _row(2, None, 5.6)]
-    assert learning_benchmark.median_row(rows)["untraced_seconds"] == pytest.approx(3.5)
+    assert run_summary.median_row(rows)["untraced_seconds"] == pytest.approx(3.5)
     text = learning_benchmark.target_text("pendulum_native", rows)
     assert "median seed: 3.5 s" in text and ": met." in text
     assert text.endswith("(median seed): 7,000; the JAX peer's: about 45,000.")

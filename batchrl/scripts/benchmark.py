@@ -43,15 +43,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 from batchrl import configs
-from batchrl.scripts import plot, quiet, train
-from batchrl.scripts.events import read_scalars
+from batchrl.scripts import plot, quiet, run_summary, train
 
 DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0,
                       "pendulum_trpo": -250.0, "pendulum_sac": -200.0, "cartpole_dqn": 500.0}
-LOG_NAME = "train.log"
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issue "Learn fast"; published tuned PPO results at 1M
 # steps: Stable-Baselines3 rl-zoo), shown beside its table and checked on the median row
@@ -81,169 +77,6 @@ TARGETS = {
 }
 
 
-def run_dir(logdir, config, seed):
-    return pathlib.Path(logdir) / config / f"seed-{seed}"
-
-
-def discover(logdir, config_names=None, seeds=None):
-    """Existing runs under `logdir`: dict config -> {seed: run directory}, sorted.
-
-    Reads the layout LOGDIR/CONFIG/seed-N; `config_names` and `seeds` filter when given.
-    """
-    logdir = pathlib.Path(logdir)
-    found = {}
-    for path in logdir.glob("*/seed-*"):
-        match = re.fullmatch(r"(?P<config>[^/]+)/seed-(?P<seed>\d+)",
-                             path.relative_to(logdir).as_posix())
-        if not match or not plot.is_run_dir(path):
-            continue
-        config, seed = match["config"], int(match["seed"])
-        if config_names and config not in config_names or seeds and seed not in seeds:
-            continue
-        found.setdefault(config, {}).setdefault(seed, path)
-    order = {name: index for index, name in enumerate(config_names or [])}
-    return {config: dict(sorted(found[config].items()))
-            for config in sorted(found, key=lambda name: (order.get(name, len(order)), name))}
-
-
-def checkpoint_step(path):
-    """The global step of a run directory's latest checkpoint (0 when there is none)."""
-    try:
-        text = (pathlib.Path(path) / "checkpoint").read_text()
-    except FileNotFoundError:
-        return 0
-    match = re.search(r'^model_checkpoint_path:\s*".*?ckpt-(\d+)"', text, re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-def launch_times(log_text):
-    """The epoch seconds at which each training process of a run was launched, from the
-    `# launched at SECONDS` lines that `train_run` writes into train.log."""
-    return [float(value) for value in re.findall(r"^# launched at ([\d.]+)", log_text,
-                                                 re.MULTILINE)]
-
-
-def train_speed(path):
-    """A run's training steps/s, updates included, from its event files (`path`/train).
-
-    The Loop writes at the end of each train phase `time/train_steps_per_second` and
-    `time/train_phase_seconds`; this is all phases' steps over all their seconds, those
-    of every resumed process included (what `batchrl-train` prints as `Trained N steps at
-    R steps/s`, over the whole run). None for a run without them (one written before the
-    Loop wrote them, or without a finished train phase).
-    """
-    train = pathlib.Path(path) / "train"
-    if not train.is_dir():
-        return None
-    speeds = read_scalars(train, "time/train_steps_per_second")
-    seconds = read_scalars(train, "time/train_phase_seconds")
-    if not speeds or len(speeds) != len(seconds):
-        return None
-    total = sum(phase.value for phase in seconds)
-    steps = sum(speed.value * phase.value for speed, phase in zip(speeds, seconds, strict=True))
-    return steps / total if total > 0 else None
-
-
-def summarize(run, threshold=None):
-    """One row of the table, from a `plot.Run` and its directory's checkpoint and train.log.
-
-    Returns:
-      dict with `seed`, `final_step` (the last step of the checkpoint or the events),
-      `target_steps` (the config's `steps`, or None), `final_return`, `best_return` (None
-      without eval scores), `steps_to_threshold`, `seconds_to_threshold` (training
-      wall-clock: the eval's `time/training_seconds`, or for runs without it the active
-      seconds since the event files were created) and `command_seconds` (from the launch
-      of the training process to that eval, None without its launch time in train.log),
-      each None when not reached or without threshold, `total_hours`, `hours_per_million`
-      (total hours per 1M steps) and `steps_per_second` (`train_speed`).
-    """
-    scores = run.series.get("eval")
-    row = {"seed": run.config.get("seed"), "target_steps": run.config.get("steps"),
-           "final_step": None, "final_return": None, "best_return": None,
-           "steps_to_threshold": None, "seconds_to_threshold": None,
-           "tracing_seconds": None, "command_seconds": None,
-           "total_hours": run.total_seconds / 3600, "hours_per_million": None,
-           "steps_per_second": None}
-    log = run.path / LOG_NAME
-    log_text = log.read_text(errors="replace") if log.exists() else ""
-    if scores is not None:
-        row.update(final_step=int(scores.steps[-1]), final_return=float(scores.values[-1]),
-                   best_return=float(scores.values.max()))
-        if threshold is not None:
-            reached = np.flatnonzero(scores.values >= threshold)
-            if len(reached):
-                step = int(scores.steps[reached[0]])
-                row.update(steps_to_threshold=step,
-                           seconds_to_threshold=float(scores.seconds[reached[0]]))
-                row.update(_times_at(run.path, step, launch_times(log_text)))
-    last_steps = [int(series.steps[-1]) for series in run.series.values()]
-    row["final_step"] = max([checkpoint_step(run.path), *last_steps]) or None
-    if row["final_step"]:
-        row["hours_per_million"] = row["total_hours"] / row["final_step"] * 1e6
-    row["steps_per_second"] = train_speed(run.path)
-    return row
-
-
-def _times_at(path, step, launches):
-    """`seconds_to_threshold`, `tracing_seconds` (of it, building the step function) and
-    `command_seconds` of the eval at `step`, where the run's event files have them
-    (`time/training_seconds`, `time/tracing_seconds`; the process's launch)."""
-    times = {}
-    training = [s for s in read_scalars(path / "eval", "time/training_seconds")
-                if s.step == step]
-    if training:
-        times["seconds_to_threshold"] = training[-1].value
-    tracing = [s for s in read_scalars(path / "eval", "time/tracing_seconds")
-               if s.step == step]
-    if tracing:
-        times["tracing_seconds"] = tracing[-1].value
-    scores = [s for s in read_scalars(path / "eval", "mean_score") if s.step == step]
-    earlier = [launch for launch in launches if scores and launch <= scores[-1].wall_time]
-    if earlier:
-        times["command_seconds"] = scores[-1].wall_time - max(earlier)
-    return times
-
-
-def _median(values):
-    values = [value for value in values if value is not None]
-    return float(np.median(values)) if values else None
-
-
-def _median_reached(values, rows):
-    """The median of one column over the rows that have a final return, None (the
-    threshold not reached) counting as infinite."""
-    values = [np.inf if value is None else value
-              for value, row in zip(values, rows, strict=True) if row["final_return"] is not None]
-    value = float(np.median(values)) if values else None
-    return None if value is None or np.isinf(value) else value
-
-
-def untraced_seconds(row):
-    """The training seconds to the threshold without the step function's tracing (None
-    where either is unknown)."""
-    if row["seconds_to_threshold"] is None or row.get("tracing_seconds") is None:
-        return None
-    return row["seconds_to_threshold"] - row["tracing_seconds"]
-
-
-def median_row(rows):
-    """The median over seeds of each column; a threshold not reached counts as infinite,
-    so the median is "not reached" when at most half of the seeds reached it."""
-    median = {"seed": "median"}
-    for key in ("final_step", "final_return", "best_return", "total_hours",
-                "hours_per_million", "steps_per_second"):
-        median[key] = _median([row[key] for row in rows])
-    median["tracing_seconds"] = _median([row.get("tracing_seconds") for row in rows])
-    for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
-        median[key] = _median_reached([row[key] for row in rows], rows)
-    if all(row.get("tracing_seconds") is not None for row in rows
-           if row["seconds_to_threshold"] is not None):
-        median["untraced_seconds"] = _median_reached(
-            [untraced_seconds(row) for row in rows], rows)
-    median["target_steps"] = None
-    return median
-
-
 def _number(value, digits=1, thousands=False, missing="—"):
     if value is None:
         return missing
@@ -259,13 +92,13 @@ def _training_seconds(row, missing):
 
 
 def table(rows, threshold):
-    """A Markdown table of `summarize` rows followed by their median row."""
+    """A Markdown table of `run_summary.summarize` rows followed by their median row."""
     reached = "not reached" if threshold is not None else "—"
     lines = ["| seed | final step | final eval return | best eval return | steps to ≥ threshold "
              "| training s to ≥ threshold | s from the command to ≥ threshold | total hours "
              "| hours per 1M steps | train steps/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in [*rows, median_row(rows)] if len(rows) > 1 else rows:
+    for row in [*rows, run_summary.median_row(rows)] if len(rows) > 1 else rows:
         final_step = _number(row["final_step"], thousands=True)
         if row["target_steps"] and (row["final_step"] or 0) < row["target_steps"]:
             final_step += f" of {row['target_steps']:,} (incomplete)"
@@ -293,7 +126,7 @@ def target_text(config, rows):
     target = TARGETS.get(config)
     if not target:
         return None
-    median = median_row(rows) if len(rows) > 1 else rows[0]
+    median = run_summary.median_row(rows) if len(rows) > 1 else rows[0]
     checks = []
     if "median_seconds" in target:
         value = median["seconds_to_threshold"]
@@ -301,7 +134,7 @@ def target_text(config, rows):
                        f"(median seed)", value is not None
                        and value <= target["median_seconds"]))
     if "median_seconds_untraced" in target:
-        value = untraced_seconds(median) if len(rows) == 1 else median.get(
+        value = run_summary.untraced_seconds(median) if len(rows) == 1 else median.get(
             "untraced_seconds")
         measured = "not reached" if value is None else f"{value:.1f} s"
         checks.append((f"≤ {target['median_seconds_untraced']} s of training to the "
@@ -403,7 +236,7 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
     machine, the report does); all sections go in the order of the config names.
 
     Args:
-      runs: dict config -> {seed: run directory} (from `discover`).
+      runs: dict config -> {seed: run directory} (from `run_summary.discover`).
       thresholds: dict config -> threshold score; a config without one uses the Gymnasium
         `reward_threshold` of its environment, if any.
       output: the Markdown file; the plots go to its folder as CONFIG.png.
@@ -440,7 +273,7 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         threshold, source = thresholds.get(config), ""
         if threshold is None:
             threshold, source = env_threshold(env), " (Gymnasium's reward_threshold)"
-        rows = [summarize(run, threshold) for run in read]
+        rows = [run_summary.summarize(run, threshold) for run in read]
         for row, seed in zip(rows, seeds, strict=True):
             row["seed"] = seed if row["seed"] is None else row["seed"]
         first = read[0]
@@ -491,7 +324,7 @@ def train_run(config, seed, path, sets):
                *[item for pair in sets for item in ("--set", pair)]]
     path.mkdir(parents=True, exist_ok=True)
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    with open(path / LOG_NAME, "a") as log:
+    with open(path / run_summary.LOG_NAME, "a") as log:
         started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
         log.write(f"# {started}\n# launched at {time.time():.3f}\n$ {' '.join(command)}\n")
         print("$", " ".join(command), flush=True)
@@ -555,7 +388,7 @@ def main(argv=None):
         parser.error(str(error))
 
     if args.report_only:
-        runs = discover(args.logdir, args.configs, args.seeds)
+        runs = run_summary.discover(args.logdir, args.configs, args.seeds)
         write_report(runs, thresholds, args.output, args.tag, args.logdir)
         print(f"Wrote {args.output} ({sum(len(s) for s in runs.values())} runs).")
         return 0 if runs else 1
@@ -580,8 +413,8 @@ def main(argv=None):
     failed = []
     for seed in seeds:  # Seed-major: every config gets a first seed early.
         for config in args.configs:
-            path = run_dir(args.logdir, config, seed)
-            step = checkpoint_step(path)
+            path = run_summary.run_dir(args.logdir, config, seed)
+            step = run_summary.checkpoint_step(path)
             if step >= targets[config]:
                 print(f"{path}: complete ({step:,} of {targets[config]:,} steps), skipped.")
                 continue
@@ -592,9 +425,10 @@ def main(argv=None):
                       file=sys.stderr)
                 return 130
             if code != 0:
-                failed.append(f"{path} (exit code {code}; see {path / LOG_NAME})")
-            write_report(discover(args.logdir), thresholds, args.output, args.tag, args.logdir)
-    runs = discover(args.logdir)
+                failed.append(f"{path} (exit code {code}; see {path / run_summary.LOG_NAME})")
+            write_report(run_summary.discover(args.logdir), thresholds, args.output, args.tag,
+                         args.logdir)
+    runs = run_summary.discover(args.logdir)
     print(write_report(runs, thresholds, args.output, args.tag, args.logdir))
     print(f"Wrote {args.output}.")
     if failed:

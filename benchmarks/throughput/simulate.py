@@ -254,8 +254,7 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     Raises:
       RuntimeError: the training command failed (its last output is in the message).
     """
-    from batchrl.scripts import benchmark as learning_benchmark
-    from batchrl.scripts import plot
+    from batchrl.scripts import plot, run_summary
     from batchrl.scripts.events import read_scalars
 
     run_dir = pathlib.Path(logdir) / f"seed-{seed}"
@@ -269,7 +268,7 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     if result.returncode != 0:
         raise RuntimeError(f"{shlex.join(command)} failed (exit code {result.returncode}):\n"
                            f"{(result.stdout + result.stderr)[-3000:]}")
-    summary = learning_benchmark.summarize(plot.read_run(run_dir), threshold)
+    summary = run_summary.summarize(plot.read_run(run_dir), threshold)
     scores = read_scalars(run_dir / "eval", "mean_score")
     reached = [scalar.wall_time for scalar in scores if scalar.value >= threshold]
     return {
