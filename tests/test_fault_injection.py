@@ -4,6 +4,7 @@ resumed; an environment whose `reset` raises mid-run; and on the EnvPool backend
 actions, an action outside the action space and `env_kwargs` EnvPool cannot take
 (`python -m benchmarks.faults` does 20 random trials)."""
 
+from benchmarks.faults import evidence
 from benchmarks.faults import injection as fault_injection
 
 TOTALS = ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
@@ -122,12 +123,12 @@ def test_replay_kept_needs_a_transition_per_step(tmp_path):
         state = {"replay": memory} if replay else {"other": tf.Variable(1)}
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(**state), tmp_path / name, 5)
         manager.save(checkpoint_number=step)
-        return fault_injection.replay_kept(tmp_path / name)
+        return evidence.replay_kept(tmp_path / name, fault_injection.REPLAY_CAPACITY)
 
     assert saved("kept", 8000) == (
         True, "replay memory at step 8,000: 8,000 transitions (expected 8,000)")
     # A resume at step 5,000 that started with an empty memory.
     assert saved("restarted", 3000)[0] is False
     assert saved("none", 10, replay=False) == (False, "ckpt-8000 holds no replay memory")
-    assert fault_injection.replay_kept(tmp_path / "empty") == (
+    assert evidence.replay_kept(tmp_path / "empty", 10) == (
         False, "no checkpoint to hold the replay memory")

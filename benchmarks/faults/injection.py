@@ -63,7 +63,6 @@ bad-action trial of an off-policy `--config` uses `cartpole_dqn` (Discrete actio
 
 import argparse
 import functools
-import os
 import pathlib
 import random
 import re
@@ -75,10 +74,10 @@ import tempfile
 import time
 
 from benchmarks import ROOT, child_environment
+from benchmarks.faults import evidence
 from benchmarks.faults.actions import AFTER_VARIABLE, KIND_VARIABLE
 from benchmarks.faults.train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
 
-MARKER = "BATCHRL_FAULT_TRIAL"
 STEPS = 8000
 EVAL_EVERY = 1000
 DEFAULT_CONFIG = "pendulum"
@@ -180,91 +179,17 @@ def _env_name(backend):
 
 
 def _environment(trial):
-    return child_environment(TF_CPP_MIN_LOG_LEVEL="2", **{MARKER: str(trial)})
-
-
-def leftover_processes(trial, grace=0.0):
-    """PIDs of processes whose environment carries the trial's marker, once they are all
-    gone or `grace` seconds have passed."""
-    deadline = time.monotonic() + grace
-    while True:
-        found = _marked_processes(trial)
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.2)
+    return child_environment(TF_CPP_MIN_LOG_LEVEL="2", **{evidence.MARKER: str(trial)})
 
 
 def _count_leftovers(result, trial):
     """Adds the trial's processes left after `LEFTOVER_GRACE` seconds to `result`, and the
     longest wait for processes to exit (`exit_seconds`)."""
     start = time.monotonic()
-    left = leftover_processes(trial, LEFTOVER_GRACE)
+    left = evidence.leftover_processes(trial, LEFTOVER_GRACE)
     result["leftover"] += len(left)
-    result["left"] += [_name(pid) for pid in left]
+    result["left"] += [evidence.process_name(pid) for pid in left]
     result["exit_seconds"] = max(result.get("exit_seconds", 0.0), time.monotonic() - start)
-
-
-def _name(pid):
-    """The first 60 characters of process `pid`'s command line ("?" once it is gone)."""
-    try:
-        command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return "?"
-    return command.decode(errors="replace").strip()[:60] or "?"
-
-
-def _marked_processes(trial):
-    """PIDs of processes whose environment carries the trial's marker."""
-    needle = f"{MARKER}={trial}".encode()
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def checkpoint_readable(logdir):
-    """Whether the latest checkpoint of `logdir` (if any) can be read."""
-    import tensorflow as tf
-
-    path = tf.train.latest_checkpoint(str(logdir))
-    if path is None:
-        return True  # Nothing written yet is not a broken checkpoint.
-    try:
-        tf.train.load_checkpoint(path).get_variable_to_shape_map()
-        return True
-    except Exception:  # noqa: BLE001 - any failure to read counts.
-        return False
-
-
-def replay_kept(logdir):
-    """Whether the replay memory in the latest checkpoint of `logdir` holds one transition
-    per training step before it, as the memory of a finished run whose resumes restored it
-    (`save_replay: true`) does: `REPLAY_CAPACITY` exceeds `STEPS`, and a resume that started
-    with an empty memory would hold only the steps since. Returns `(bool, description)`.
-    """
-    import tensorflow as tf
-
-    path = tf.train.latest_checkpoint(str(logdir))
-    if path is None:
-        return False, "no checkpoint to hold the replay memory"
-    try:
-        reader = tf.train.load_checkpoint(path)
-        shapes = reader.get_variable_to_shape_map()
-        size = reader.get_tensor(REPLAY_SIZE) if REPLAY_SIZE in shapes else None
-    except Exception:  # noqa: BLE001 - counted as an unreadable checkpoint.
-        return False, "the replay memory cannot be read"
-    step = _step_of(pathlib.Path(path).name)
-    if size is None:
-        return False, f"{pathlib.Path(path).name} holds no replay memory"
-    expected = min(step, REPLAY_CAPACITY)
-    return int(size) == expected, (f"replay memory at step {step:,}: {int(size):,} "
-                                   f"transitions (expected {expected:,})")
 
 
 def _run(command, env, kill_after=None, signum=None, logdir=None, marker=None):
@@ -306,51 +231,6 @@ def _last_step(stdout):
 def _resumed_step(stdout):
     match = re.search(r"\(step ([\d,]+)\)", stdout)
     return int(match.group(1).replace(",", "")) if match else 0
-
-
-def _index(logdir):
-    """`(latest, listed)`: the checkpoints the `checkpoint` index file names (None, [])."""
-    path = pathlib.Path(logdir) / "checkpoint"
-    text = path.read_text() if path.exists() else ""
-    latest = re.search(r'^model_checkpoint_path: "(.*)"', text, re.M)
-    listed = re.findall(r'^all_model_checkpoint_paths: "(.*)"', text, re.M)
-    return (latest.group(1) if latest else None), listed
-
-
-def _step_of(name):
-    return int(name.rsplit("-", 1)[1]) if name else 0
-
-
-def write_stage_seen(logdir, name, stage):
-    """Whether the files in `logdir` show checkpoint `name` interrupted at `stage` (see
-    benchmarks/faults/train.py); returns `(bool, description)`."""
-    logdir = pathlib.Path(logdir)
-    latest, listed = _index(logdir)
-    index = (logdir / f"{name}.index").exists()
-    data = any(logdir.glob(f"{name}.data-*"))
-    parts = sorted(p.name for p in (logdir / f"{name}_temp").glob("part-*"))
-    if stage == "shards":
-        seen = bool(parts) and not index and not data and latest != name
-        return seen, (f"{name}_temp/ holds {len(parts)} part files, {name}.index "
-                      f"{'present' if index else 'absent'}, the index names {latest}")
-    if stage == "merged":
-        seen = index and data and not parts and latest != name
-        return seen, (f"{name}.index and .data {'present' if index and data else 'missing'}, "
-                      f"the index names {latest}")
-    oldest = listed[0] if listed else None
-    half = (oldest is not None and oldest != name and not (logdir / f"{oldest}.index").exists()
-            and any(logdir.glob(f"{oldest}.data-*")))
-    seen = latest == name and half
-    return seen, (f"the index names {latest} and lists {oldest}, whose .index is "
-                  f"{'deleted and .data is not' if half else 'not half deleted'}")
-
-
-def stray_files(logdir):
-    """Checkpoint files and temporary directories in `logdir` of checkpoints the index does
-    not list."""
-    _, listed = _index(logdir)
-    return sorted(path.name for path in pathlib.Path(logdir).glob("ckpt-*")
-                  if re.sub(r"(\.index|\.data-.*|_temp)$", "", path.name) not in listed)
 
 
 def _error_detail(stderr):
@@ -427,7 +307,7 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
         stopped = re.search(r"Stopped at step ([\d,]+)", stderr)
         reached = int(stopped.group(1).replace(",", "")) if stopped else _last_step(stdout)
         _count_leftovers(result, index)
-        result["unreadable"] = not checkpoint_readable(logdir)
+        result["unreadable"] = not evidence.checkpoint_readable(logdir)
         resumed_code, resumed_out, resumed_err, more = _run(command(logdir, env_args), env)
         result["hung"] |= resumed_code is None
         resumed_at = _resumed_step(resumed_out)
@@ -441,12 +321,12 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
                             f"{resumed_at:,}, resumed run exit {resumed_code} ({more:.0f} s)"
                             + ("" if finished else f"; {resumed_err.strip()[-200:]}"))
     if kind in RESUME_FAULTS and algorithm_of(config) in OFF_POLICY:
-        kept, description = replay_kept(logdir)
+        kept, description = evidence.replay_kept(logdir, REPLAY_CAPACITY)
         result["replay_lost"] = not kept
         result["ok"] = result["ok"] and kept
         result["detail"] += f"; {description}"
     _count_leftovers(result, index)
-    result["unreadable"] |= not checkpoint_readable(logdir)
+    result["unreadable"] |= not evidence.checkpoint_readable(logdir)
     if result["exit_seconds"] >= 1.0:
         result["detail"] += f"; the run's processes took {result['exit_seconds']:.0f} s to exit"
     if result["leftover"]:
@@ -470,8 +350,8 @@ def _action_trial(kind, rng, logdir, env, backend, config):
     error, summary = _error_detail(stderr)
     failed = (code == 1 and len(error) == 1 and "error: training failed" in error[0]
               and "env 1 " in error[0] and expected in error[0])
-    result = {"hung": code is None, "unreadable": not checkpoint_readable(logdir)}
-    latest = _step_of(_index(logdir)[0])
+    result = {"hung": code is None, "unreadable": not evidence.checkpoint_readable(logdir)}
+    latest = evidence.step_of(evidence.checkpoint_index(logdir)[0])
     reached = _last_step(stdout)
     resumed_code, resumed_out, resumed_err, more = _run(command, env)
     result["hung"] |= resumed_code is None
@@ -498,25 +378,25 @@ def _save_trial(index, rng, workdir, logdir, env, backend, config):
                        module="benchmarks.faults.train", backend=backend)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
     result = {"hung": code is None, "leftover": 0, "left": [],
-              "unreadable": not checkpoint_readable(logdir)}
+              "unreadable": not evidence.checkpoint_readable(logdir)}
     _count_leftovers(result, index)
     if not marker.exists():
         result["detail"] = (f"stage {stage} of save {save}: the run never got there "
                             f"(exit {code}, {seconds:.0f} s)")
         return result
     name = pathlib.Path(marker.read_text().strip()).name
-    seen, files = write_stage_seen(logdir, name, stage)
-    latest, _ = _index(logdir)
+    seen, files = evidence.write_stage_seen(logdir, name, stage)
+    latest, _ = evidence.checkpoint_index(logdir)
     reached = _last_step(stdout)
     # The same command, without the stall.
     resumed_code, resumed_out, resumed_err, more = _run(command, env)
     result["hung"] |= resumed_code is None
     resumed_at = _resumed_step(resumed_out)
     result["lost_interval"] = reached - resumed_at > EVAL_EVERY
-    stray = stray_files(logdir)
+    stray = evidence.stray_files(logdir)
     finished = resumed_code == 0
     result["ok"] = (code == -signal.SIGKILL and seen and finished
-                    and resumed_at == _step_of(latest))
+                    and resumed_at == evidence.step_of(latest))
     result["detail"] = (
         f"SIGKILL in stage {stage} of save {save} ({name}), {seconds:.0f} s: "
         f"{'' if seen else 'NOT mid-write: '}{files}; exit {code}, last reported step "
