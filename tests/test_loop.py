@@ -1,5 +1,7 @@
 """Loop phases, summaries, checkpoints and resume, with BatchPPO on MockEnvironment."""
 
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,7 +17,8 @@ from batchrl.scripts.events import read_scalars
 from batchrl.tools.loop import Loop
 
 
-def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=False):
+def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=False,
+          started_at=None):
     """A Loop of BatchPPO on `batch_env` (default: 4 MockEnvironments with episodes of 3-6
     steps), evaluating every 40 steps and logging every 20."""
     if batch_env is None:
@@ -33,7 +36,7 @@ def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=F
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
     loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                 steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False,
-                steps_per_call=steps_per_call, jit_compile=jit_compile)
+                steps_per_call=steps_per_call, jit_compile=jit_compile, started_at=started_at)
     return loop, algo, step
 
 
@@ -184,6 +187,26 @@ def test_a_call_of_zero_steps_traces_and_changes_nothing(tmp_path):
     assert [s for s, _ in _scalars(tmp_path / "eval", "time/tracing_seconds")] == [40]
     training = _scalars(tmp_path / "eval", "time/training_seconds")
     assert training[0][1] > loop.tracing_seconds
+
+
+def test_startup_seconds_run_from_started_at_to_the_tracing(tmp_path):
+    """`on_ready` is called once, after tracing and before the first phase, with
+    `startup_seconds` (from `started_at` to the tracing) set and then written per eval."""
+    created = time.time()
+    loop, _, step = _loop(tmp_path / "timed", steps=80, started_at=created - 50.0)
+    seen = []
+    loop.run(on_phase=lambda result: seen.append(result.name),
+             on_ready=lambda: seen.append((loop.startup_seconds, loop.tracing_seconds,
+                                           int(step.numpy()))))
+    (startup, tracing, at_step), *phases = seen
+    assert phases == ["train", "eval", "train", "eval"] and at_step == 0 and tracing > 0
+    assert 50.0 <= startup <= 50.0 + (time.time() - created)
+    assert _scalars(tmp_path / "timed" / "eval", "time/startup_seconds") == [
+        (40, pytest.approx(startup)), (80, pytest.approx(startup))]
+    loop, _, _ = _loop(tmp_path / "untimed", steps=40)
+    loop.run()
+    assert loop.startup_seconds is None
+    assert not _scalars(tmp_path / "untimed" / "eval", "time/startup_seconds")
 
 
 def test_episodes_cut_short_count_nowhere_but_end_the_running_length():

@@ -1,14 +1,17 @@
 """The training command line on real Pendulum runs, and its one-line errors."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from batchrl import configs
 from batchrl.scripts import train
+from batchrl.scripts.events import read_scalars
 
 SHORT = ["--set", "steps=2000", "--set", "eval_every=1000", "--set", "log_every=500",
          "--set", "eval_episodes=2", "--set", "num_agents=4", "--set", "update_every=4",
@@ -26,11 +29,14 @@ def _train(*args):
 def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_backend, env):
     logdir = tmp_path / "run"
     backend = ["--set", f"env_backend={env_backend}"]
+    started = time.time()
     result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT, *backend)
+    wall_seconds = time.time() - started
     assert result.returncode == 0, result.stderr
     assert "Final eval mean_score" in result.stdout
     assert "tf.function traces: 1 (train and eval phases share it" in result.stdout
     assert "UserWarning" not in result.stderr
+    _check_ready_line(result.stdout, logdir, wall_seconds)
     saved = configs.read_run_config(logdir / "config.yaml")
     assert saved.steps == 2000 and saved.env == env and saved.env_backend == env_backend
     assert (logdir / "ckpt-2000.index").exists()
@@ -42,6 +48,24 @@ def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_b
     assert result.returncode == 0, result.stderr
     assert "Resuming" in result.stdout and "step 2,000" in result.stdout
     assert (logdir / "ckpt-3000.index").exists()
+
+
+def _check_ready_line(stdout, logdir, wall_seconds):
+    """The line before the first step gives start-up + tracing, both also in the event
+    files; the start-up precedes the first eval and lies within the command's time."""
+    match = re.search(r"^Ready to train ([\d.]+) s after the command: ([\d.]+) s of start-up "
+                      r"\(imports, environments, networks\), ([\d.]+) s tracing", stdout,
+                      re.MULTILINE)
+    assert match, stdout
+    total, startup, tracing = (float(value) for value in match.groups())
+    assert total == pytest.approx(startup + tracing, abs=0.11)
+    assert 0 < startup and total < wall_seconds
+    assert stdout.index("Ready to train") < stdout.index("step      1,000")
+    written = read_scalars(logdir / "eval", "time/startup_seconds")
+    assert [scalar.step for scalar in written] == [1000, 2000]
+    assert written[0].value == pytest.approx(startup, abs=0.051)
+    tracing_written = read_scalars(logdir / "eval", "time/tracing_seconds")
+    assert tracing_written[0].value == pytest.approx(tracing, abs=0.051)
 
 
 TINY = ["--set", "steps=400", "--set", "eval_every=200", "--set", "log_every=100",

@@ -14,6 +14,7 @@ import pathlib
 import signal
 import sys
 import threading
+import time
 import warnings
 
 from batchrl import configs
@@ -22,6 +23,17 @@ from batchrl.scripts import quiet
 # TensorFlow is imported inside functions, so that `--help` and errors in config keys are
 # instant and worker processes that import this package's environment code stay light.
 # `main` sets TF_CPP_MIN_LOG_LEVEL and imports it quietly (`start_tensorflow`).
+
+
+def process_start_time():
+    """The epoch seconds at which this process started (float), from /proc (Linux; the
+    clock's ticks, 10 ms); the current time where /proc cannot say."""
+    try:
+        ticks = int(pathlib.Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
 
 
 def start_tensorflow(verbose=False):
@@ -114,18 +126,19 @@ def set_inter_op_threads(count):
                       f"this process", stacklevel=2)
 
 
-def make_loop(config, logdir, agent, progress=None, stop=None):
+def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
     """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
-    `logdir`: its schedule, progress output and stop event."""
+    `logdir`: its schedule, progress output, stop event and start time (`started_at`,
+    epoch seconds, for `Loop.startup_seconds`)."""
     from batchrl.tools.loop import Loop
 
     return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                 eval_episodes=config.eval_episodes, log_every=config.log_every,
                 progress=progress, stop=stop, steps_per_call=config.steps_per_call,
-                jit_compile=config.jit_step)
+                jit_compile=config.jit_step, started_at=started_at)
 
 
-def train(config, logdir, progress=None, on_phase=None, stop=None):
+def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None):
     """Trains `config` in `logdir`, resuming from its latest checkpoint.
 
     With `config.eager`, every `tf.function` runs eagerly during training (so that `print`
@@ -137,6 +150,9 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
       progress: show a progress bar (None: only on a terminal).
       on_phase: optional callable receiving each `batchrl.tools.loop.PhaseResult`.
       stop: optional `threading.Event` that stops training after the current step.
+      started_at: optional epoch seconds at which the command started; once the step
+        function is traced, a line gives the seconds from it to the first training step,
+        of which start-up and tracing.
 
     Returns:
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
@@ -175,13 +191,14 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         prepare_logdir(logdir, config)
         step = agent.step
-        loop = make_loop(config, logdir, agent, progress, stop)
+        loop = make_loop(config, logdir, agent, progress, stop, started_at)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
                   flush=True)
         try:
-            results = loop.run(on_phase=on_phase)
+            ready = None if config.eager else (lambda: _print_ready(loop))
+            results = loop.run(on_phase=on_phase, on_ready=ready)
         except (Interrupted, KeyboardInterrupt):
             path = loop.save()
             print(f"\nStopped at step {int(step.numpy()):,}; saved {path}. Run the same "
@@ -191,6 +208,17 @@ def train(config, logdir, progress=None, on_phase=None, stop=None):
     finally:
         batch_env.close()
         tf.config.run_functions_eagerly(eager)
+
+
+def _print_ready(loop):
+    """Says how long the fixed cost before the first training step took."""
+    tracing = f"{loop.tracing_seconds:.1f} s tracing and optimizing the step function"
+    if loop.startup_seconds is None:
+        print(f"Ready to train after {tracing}.", flush=True)
+    else:
+        total = loop.startup_seconds + loop.tracing_seconds
+        print(f"Ready to train {total:.1f} s after the command: {loop.startup_seconds:.1f} s "
+              f"of start-up (imports, environments, networks), {tracing}.", flush=True)
 
 
 def _parser():
@@ -251,7 +279,8 @@ def main(argv=None):
     previous = {signum: signal.signal(signum, request_stop)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        loop, results = train(config, args.logdir, progress=args.progress, stop=stop)
+        loop, results = train(config, args.logdir, progress=args.progress, stop=stop,
+                              started_at=process_start_time())
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
     except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.

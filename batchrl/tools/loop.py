@@ -71,8 +71,10 @@ class Loop:
     `is_training` and `should_log` tell the phases apart inside it, so the graph is built
     and optimized once, not once per phase. The first `run` begins with a call of 0 steps
     that does only that (`tracing_seconds`, also written with every eval as
-    `time/tracing_seconds`); `tracing_count()` reports the traces. The global step is
-    advanced after each train call.
+    `time/tracing_seconds`); `tracing_count()` reports the traces. Given `started_at`,
+    the seconds from it to that first call (`startup_seconds`: the process's imports,
+    the environments and the networks) are written with every eval as
+    `time/startup_seconds`. The global step is advanced after each train call.
 
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
     are written after every train phase; `run()` resumes from the latest one.
@@ -97,6 +99,8 @@ class Loop:
         Summaries are then written at the end of the call that crosses a `log_every`
         boundary, and an eval round may run up to `steps_per_call - 1` steps beyond the
         end of its last episode.
+      started_at: optional epoch seconds at which the process (or command) started, for
+        `startup_seconds`.
       jit_compile: compile the step function with XLA (`step_function`): the environment
         must be in-graph (`batchrl.envs`), nothing inside the call writes summaries (the
         algorithm's update summaries are left out) and the Loop writes the train phase's
@@ -109,7 +113,8 @@ class Loop:
 
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                  steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
-                 progress=None, stop=None, steps_per_call=1, jit_compile=False):
+                 progress=None, stop=None, steps_per_call=1, jit_compile=False,
+                 started_at=None):
         for name, value in (("steps", steps), ("eval_every", eval_every),
                             ("log_every", log_every), ("steps_per_call", steps_per_call)):
             if value <= 0:
@@ -140,6 +145,8 @@ class Loop:
             batch_env, algo, self._steps_per_call,
             None if jit_compile else self._writers["train"], step, count_steps=False,
             jit_compile=jit_compile)
+        self._started_at = started_at
+        self._startup_seconds = None
         self._tracing_seconds = None
 
     @property
@@ -155,6 +162,12 @@ class Loop:
         """Wall-clock seconds that tracing and optimizing the step function took at the
         start of the first `run` (float; None before it)."""
         return self._tracing_seconds
+
+    @property
+    def startup_seconds(self):
+        """Wall-clock seconds from `started_at` to the start of the first `run`'s tracing
+        (float; None before it or without `started_at`)."""
+        return self._startup_seconds
 
     def restore(self):
         """Restores the latest checkpoint if there is one; returns its path or None."""
@@ -182,12 +195,15 @@ class Loop:
             writer.flush()
         return path
 
-    def run(self, on_phase=None):
+    def run(self, on_phase=None, on_ready=None):
         """Trains until `steps`, resuming from the latest checkpoint (unless `restore` was
         called already).
 
         Args:
           on_phase: optional callable receiving each `PhaseResult` as it ends.
+          on_ready: optional callable, called without arguments once the step function
+            is traced, before the first training step (`startup_seconds` and
+            `tracing_seconds` are set then).
 
         Returns:
           list of `PhaseResult`s of this call.
@@ -202,9 +218,13 @@ class Loop:
         results = []
         started = time.time()
         if self._tracing_seconds is None:
+            if self._started_at is not None:
+                self._startup_seconds = started - self._started_at
             # A call of 0 steps traces and optimizes the graph and changes nothing.
             self._call(False, False, 0)
             self._tracing_seconds = time.time() - started
+            if on_ready is not None:
+                on_ready()
         start = int(self._step.numpy())
         bar = tqdm.tqdm(total=self._steps, initial=min(start, self._steps), unit="step",
                         unit_scale=True, dynamic_ncols=True, mininterval=1.0,
@@ -304,9 +324,11 @@ class Loop:
                     running[done] = 0
             scores.extend(first_score.tolist())
             lengths.extend(first_length.tolist())
-        self._write_scores("eval", int(self._step.numpy()), scores, lengths, **{
-            "time/training_seconds": time.time() - started,
-            "time/tracing_seconds": self._tracing_seconds})
+        times = {"time/training_seconds": time.time() - started,
+                 "time/tracing_seconds": self._tracing_seconds}
+        if self._startup_seconds is not None:
+            times["time/startup_seconds"] = self._startup_seconds
+        self._write_scores("eval", int(self._step.numpy()), scores, lengths, **times)
         self._writers["eval"].flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)

@@ -106,7 +106,9 @@ def _stepping_seconds(config, batch_env, steps_per_call, calls):
 
 def worker(config_name, steps, overrides, logdir):
     """Trains `config_name` in this process and returns the breakdown (dict of seconds)."""
-    marks = {"process": _process_start()}
+    from batchrl.scripts.train import process_start_time
+
+    marks = {"process": process_start_time()}
     import tensorflow as tf  # noqa: F401 (timed: the import is part of start-up)
 
     from batchrl import build as build_lib
@@ -199,16 +201,6 @@ def _split(marks, calls, saves, results, config):
     seconds["evaluation"] = eval_seconds - eval_first
     seconds["checkpoints"] = sum(saves)
     return seconds
-
-
-def _process_start():
-    """The wall-clock time at which this process was started (Linux; else now)."""
-    try:
-        ticks = int(pathlib.Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(pathlib.Path("/proc/uptime").read_text().split()[0])
-        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 def markdown(store):
