@@ -119,3 +119,15 @@ def test_help_lists_verbose(program, capsys):
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--verbose show TensorFlow's start-up logs" in text
+
+
+def test_start_tensorflow_leaves_matplotlib_unimported_and_importable():
+    # Keras would import matplotlib.pyplot while TensorFlow is imported; the commands hide
+    # it then, and a later import of it still works.
+    code = ("import sys; from batchrl.scripts import train; train.start_tensorflow(); "
+            "import keras; print('matplotlib' in sys.modules); "
+            "import matplotlib.pyplot; print(matplotlib.pyplot.__name__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=_user_environment())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "matplotlib.pyplot"]

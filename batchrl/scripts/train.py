@@ -9,6 +9,7 @@ exits; a cluster it joined (`ray_address`) is left running.
 """
 
 import argparse
+import contextlib
 import os
 import pathlib
 import signal
@@ -44,10 +45,31 @@ def start_tensorflow(verbose=False):
     the devices does not start TensorFlow's runtime.
     """
     quiet.set_log_level(verbose)
-    with quiet.hidden_stderr(not verbose):
+    with quiet.hidden_stderr(not verbose), _unimportable(_NOT_FOR_TRAINING):
         import tensorflow as tf
 
         tf.config.list_physical_devices()  # CUDA's cuInit error line comes here.
+
+
+# Keras imports matplotlib.pyplot, when installed, as it is imported (for its image gallery
+# plots), and TensorFlow imports Keras: a sixth of `import tensorflow` (docs/throughput.md).
+# The commands never plot through Keras, so it is hidden while TensorFlow is imported.
+_NOT_FOR_TRAINING = ("matplotlib", "matplotlib.pyplot")
+
+
+@contextlib.contextmanager
+def _unimportable(names):
+    """Makes the modules `names` that are not imported yet raise ImportError inside the
+    block (`sys.modules[name] = None`); importable again after it."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
 
 
 def check_resume(logdir, config):
