@@ -22,6 +22,7 @@ from batchrl.environments.ray import driver as ray_env
 from batchrl.environments.wrappers import WorkerError
 from batchrl.scripts import train
 from batchrl.tools.loop import EnvironmentFailed
+from benchmarks.faults import evidence
 
 pytest.importorskip("ray")  # The extra batchrl[ray].
 
@@ -212,16 +213,7 @@ def test_backend_keys_that_contradict_are_one_line_errors():
 
 
 def _leftovers(marker):
-    needle = f"BATCHRL_RAY_TEST={marker}".encode()
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return evidence.marked_processes(marker, "BATCHRL_RAY_TEST")
 
 
 def test_train_stops_the_local_ray_it_started_on_sigterm_and_unreachable_is_one_line(

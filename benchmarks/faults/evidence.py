@@ -16,7 +16,7 @@ def leftover_processes(trial, grace=0.0):
     gone or `grace` seconds have passed."""
     deadline = time.monotonic() + grace
     while True:
-        found = _marked_processes(trial)
+        found = marked_processes(trial)
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.2)
@@ -31,9 +31,10 @@ def process_name(pid):
     return command.decode(errors="replace").strip()[:60] or "?"
 
 
-def _marked_processes(trial):
-    """PIDs of processes whose environment carries the trial's marker."""
-    needle = f"{MARKER}={trial}".encode()
+def marked_processes(value, variable=MARKER):
+    """PIDs of the other processes whose environment sets `variable` to `value` (the
+    trial's marker by default)."""
+    needle = f"{variable}={value}".encode()
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
