@@ -66,13 +66,18 @@ def test_verbose_start_shows_tensorflow_logs_and_the_program_still_works():
         assert any(TF_LOG.search(line) for line in before), result.stdout
 
 
+def _python(code):
+    """Runs `python -c code` in the user's environment; returns its CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=_user_environment())
+
+
 def test_quiet_start_then_stderr_reaches_the_user():
     # After the start, fd 2 is the user's again: Python warnings and C-level writes show.
     code = ("import os, warnings; from batchrl.scripts import train; "
             "train.start_tensorflow(); warnings.warn('batchrl says'); "
             "os.write(2, b'c level line\\n')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, env=_user_environment())
+    result = _python(code)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert "UserWarning: batchrl says" in lines[0], result.stderr
@@ -127,7 +132,6 @@ def test_start_tensorflow_leaves_matplotlib_unimported_and_importable():
     code = ("import sys; from batchrl.scripts import train; train.start_tensorflow(); "
             "import keras; print('matplotlib' in sys.modules); "
             "import matplotlib.pyplot; print(matplotlib.pyplot.__name__)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, env=_user_environment())
+    result = _python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "matplotlib.pyplot"]
