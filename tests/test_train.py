@@ -297,3 +297,20 @@ def test_inter_op_threads_are_set_before_tensorflow_runs():
 ])
 def test_inter_op_threads_follow_where_the_environments_run(overrides, expected):
     assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected
+
+
+def test_training_turns_off_the_grappler_passes_that_cost_more_than_they_save():
+    script = (
+        "import tensorflow as tf\n"
+        "from batchrl import configs\n"
+        "from batchrl.scripts import train\n"
+        "before = tf.config.optimizer.get_experimental_options()\n"
+        "train.configure_tensorflow(configs.load('pendulum'))\n"
+        "after = tf.config.optimizer.get_experimental_options()\n"
+        "print(before.get('layout_optimizer'), before.get('remapping'))\n"
+        "print(after['layout_optimizer'], after['remapping'], "
+        "tf.config.threading.get_inter_op_parallelism_threads())\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["None None", "False False 1"]

@@ -148,6 +148,25 @@ def set_inter_op_threads(count):
                       f"this process", stacklevel=2)
 
 
+# Grappler passes left out of every training run (`tf.config.optimizer`): the layout
+# optimizer (which converts convolutions' data formats for GPUs) and the remapper (which
+# fuses op patterns into oneDNN kernels) changed no node of our graphs, whose dense layers
+# Keras 3 builds from MatMul and AddV2, but took 0.5 s of the 2.8 s that pendulum's first call
+# spent tracing and optimizing; its training calls were no slower (docs/throughput.md, "Why
+# the code is as it is"). Measure again for convolutions.
+GRAPH_OPTIMIZER_OPTIONS = {"layout_optimizer": False, "remapping": False}
+
+
+def configure_tensorflow(config):
+    """Applies the process-wide TensorFlow settings of a training run of `config`: the
+    inter-op thread pool (`inter_op_threads`, `set_inter_op_threads`) and, for the graphs
+    optimized from now on, the Grappler passes of `GRAPH_OPTIMIZER_OPTIONS`."""
+    import tensorflow as tf
+
+    set_inter_op_threads(inter_op_threads(config))
+    tf.config.optimizer.set_experimental_options(GRAPH_OPTIMIZER_OPTIONS)
+
+
 def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
     """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
     `logdir`: its schedule, progress output, stop event and start time (`started_at`,
@@ -195,7 +214,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
 
     build_lib.check(config)
     check_resume(logdir, config)
-    set_inter_op_threads(inter_op_threads(config))
+    configure_tensorflow(config)
     try:
         batch_env = environments.create_batch(config)
     except configs.ConfigError:  # E.g. an unreachable ray_address.

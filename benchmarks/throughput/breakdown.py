@@ -109,16 +109,16 @@ def worker(config_name, steps, overrides, logdir):
     from batchrl.scripts.train import process_start_time
 
     marks = {"process": process_start_time()}
-    import tensorflow as tf  # noqa: F401 (timed: the import is part of start-up)
+    from batchrl.scripts import train
 
+    train.start_tensorflow()  # As the command; timed: part of start-up.
     from batchrl import build as build_lib
     from batchrl import configs, environments
-    from batchrl.scripts import train
     marks["imports"] = time.time()
     config = configs.load(config_name, [*overrides, f"steps={steps}"])
     build_lib.check(config)
     train.prepare_logdir(logdir, config)
-    train.set_inter_op_threads(train.inter_op_threads(config))
+    train.configure_tensorflow(config)
     batch_env = environments.create_batch(config)
     marks["environments"] = time.time()
     agent = build_lib.build(config, batch_env)
