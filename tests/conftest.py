@@ -5,6 +5,10 @@ import pathlib
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The training commands that tests start keep XLA's programs here, not in the user's
+# ~/.cache (`batchrl.scripts.compile_cache`); both pytest-xdist workers share it.
+os.environ.setdefault("BATCHRL_XLA_CACHE", str(
+    pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "batchrl-xla"))
 
 
 # Modules that start Ray clusters: run one after the other on the same worker under

@@ -27,6 +27,7 @@ imports TensorFlow.
 
 import contextlib
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -60,6 +61,12 @@ def set_log_level(verbose):
     if not verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", LOG_LEVEL)
     return os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+
+
+def is_quiet():
+    """Whether TensorFlow's C++ logs show ERROR lines and nothing less
+    (`TF_CPP_MIN_LOG_LEVEL` is `LOG_LEVEL`, as `set_log_level` sets it for a quiet run)."""
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL") == LOG_LEVEL
 
 
 @contextlib.contextmanager
@@ -110,3 +117,71 @@ def _restore(saved):
     sys.stderr.flush()
     os.dup2(saved, 2)
     os.close(saved)
+
+
+# The filter process of `filtered_stderr`: forwards the lines of its standard input that
+# match none of its argument patterns to its standard output, each at once.
+_FILTER = """
+import re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+patterns = [re.compile(pattern.encode()) for pattern in sys.argv[1:]]
+for line in sys.stdin.buffer:
+    if not any(pattern.search(line) for pattern in patterns):
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+"""
+
+
+@contextlib.contextmanager
+def filtered_stderr(patterns, enabled=True):
+    """Drops the lines that C and C++ code (TensorFlow's logs) write to stderr while the
+    block runs when they match one of `patterns`; every other line passes.
+
+    File descriptor 2 goes to a pipe read by a filter process, which forwards the lines
+    that pass at once. The filter runs in a session of its own (Ctrl-C does not stop it)
+    and outlives this process: a line written just before a crash (a C++ FATAL line, then
+    an abort) still reaches the real stderr. Python's own `sys.stderr` writes bypass the
+    filter: inside the block `sys.stderr` is a file on the real stderr, so progress bars
+    still see a terminal. C++ lines may thus reach the terminal a few milliseconds after
+    Python lines written later. Processes started inside the block inherit the pipe as
+    their stderr; the block's end waits at most 1 s for the filter to forward what they
+    wrote.
+
+    Args:
+      patterns: regular expressions (str), searched for in each line.
+      enabled: bool; false makes this a no-op.
+
+    Yields:
+      None.
+    """
+    if not enabled or not patterns:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # No file descriptor 2 (a daemon): nothing to filter.
+        yield
+        return
+    read, write = os.pipe()
+    filter_process = subprocess.Popen(
+        [sys.executable, "-I", "-c", _FILTER, *patterns], stdin=read, stdout=saved,
+        start_new_session=True)
+    os.close(read)
+    python_stderr = sys.stderr
+    sys.stderr = open(saved, "w", buffering=1, encoding=python_stderr.encoding,  # noqa: SIM115
+                      errors=python_stderr.errors, closefd=False)
+    os.dup2(write, 2)
+    os.close(write)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr.close()
+        sys.stderr = python_stderr
+        _restore(saved)  # Closes this process's last end of the pipe.
+        try:
+            filter_process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:  # A process started in the block holds the pipe.
+            pass

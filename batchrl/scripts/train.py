@@ -19,7 +19,7 @@ import time
 import warnings
 
 from batchrl import configs
-from batchrl.scripts import quiet
+from batchrl.scripts import compile_cache, quiet
 
 # TensorFlow is imported inside functions, so that `--help` and errors in config keys are
 # instant and worker processes that import this package's environment code stay light.
@@ -37,14 +37,18 @@ def process_start_time():
         return time.time()
 
 
-def start_tensorflow(verbose=False):
+def start_tensorflow(verbose=False, xla_cache=False):
     """Imports TensorFlow and initializes its devices, its start-up logs hidden unless
     `verbose` (`batchrl.scripts.quiet`): call before anything else imports TensorFlow.
+    With `xla_cache`, XLA's compiled programs are kept on disk for later runs
+    (`batchrl.scripts.compile_cache.enable`).
 
     The inter-op thread pool can still be sized afterwards (`set_inter_op_threads`): listing
     the devices does not start TensorFlow's runtime.
     """
     quiet.set_log_level(verbose)
+    if xla_cache:
+        compile_cache.enable()
     with quiet.hidden_stderr(not verbose), _unimportable(_NOT_FOR_TRAINING):
         import tensorflow as tf
 
@@ -239,7 +243,10 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
                   flush=True)
         try:
             ready = None if config.eager else (lambda: _print_ready(loop))
-            results = loop.run(on_phase=on_phase, on_ready=ready)
+            # Loading a cached XLA program logs harmless ERROR lines; a quiet run drops them.
+            with quiet.filtered_stderr(compile_cache.HIT_LOG_LINES, enabled=(
+                    compile_cache.enabled() and quiet.is_quiet())):
+                results = loop.run(on_phase=on_phase, on_ready=ready)
         except (Interrupted, KeyboardInterrupt):
             path = loop.save()
             print(f"\nStopped at step {int(step.numpy()):,}; saved {path}. Run the same "
@@ -294,7 +301,7 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
-        start_tensorflow(args.verbose)
+        start_tensorflow(args.verbose, xla_cache=True)
         from batchrl import build as build_lib
         from batchrl import environments
 

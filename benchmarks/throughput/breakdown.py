@@ -6,7 +6,9 @@
 
 Each config trains for its `--steps` (default: a few updates' worth, see STEPS) in a fresh
 process, as the training command does, with every phase timed from the moment that
-process was started (so Python's and TensorFlow's start-up count):
+process was started (so Python's and TensorFlow's start-up count). Like the command, it
+loads XLA's programs from the persistent cache (`batchrl.scripts.compile_cache`) when they
+are there: run it with `BATCHRL_XLA_CACHE=off` to time their compilation. The phases:
 
 - start-up: imports (TensorFlow, Keras, Gymnasium), creating the environments, building
   the agent (networks, optimizers, variables) and the loop (summary writers, step
@@ -111,7 +113,7 @@ def worker(config_name, steps, overrides, logdir):
     marks = {"process": process_start_time()}
     from batchrl.scripts import train
 
-    train.start_tensorflow()  # As the command; timed: part of start-up.
+    train.start_tensorflow(xla_cache=True)  # As the command; timed: part of start-up.
     from batchrl import build as build_lib
     from batchrl import configs, environments
     marks["imports"] = time.time()
