@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.memory import EpisodeMemory
 from batchrl.tools import nested
+from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
 
@@ -373,7 +374,7 @@ class OnPolicyAlgorithm:
             with tf.summary.record_if(self._should_log), tf.name_scope(self.name + "/"):
                 summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
                 summaries += [
-                    tf.summary.histogram(
+                    summaries_lib.histogram(
                         name, tf.cast(tf.boolean_mask(value, mask > 0), tf.float32))
                     for name, value in histograms.items()]
                 self._observ_filter.summary()

@@ -19,6 +19,8 @@ Both classes are `tf.Module`s, so `tf.train.Checkpoint` saves and restores their
 import numpy as np
 import tensorflow as tf
 
+from batchrl.tools import summaries
+
 
 class StreamingMean(tf.Module):
     """Mean of a stream of batches of values.
@@ -219,5 +221,5 @@ class StreamingNormalize(tf.Module):
     def summary(self):
         """Writes histograms `NAME/mean` and `NAME/std` to the default writer."""
         with tf.name_scope(f"{self.name}/"):
-            tf.summary.histogram("mean", self.mean)
-            tf.summary.histogram("std", self.std)
+            summaries.histogram("mean", self.mean)
+            summaries.histogram("std", self.std)
