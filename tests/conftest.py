@@ -4,11 +4,15 @@ import pathlib
 
 import pytest
 
+from batchrl.scripts import compile_cache
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The training commands that tests start keep XLA's programs here, not in the user's
-# ~/.cache (`batchrl.scripts.compile_cache`); both pytest-xdist workers share it.
+# XLA's programs compiled by the tests, in this process (TensorFlow is not imported yet)
+# and in the training commands they start, are kept here, not in the user's ~/.cache
+# (`batchrl.scripts.compile_cache`); both pytest-xdist workers share it.
 os.environ.setdefault("BATCHRL_XLA_CACHE", str(
     pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "batchrl-xla"))
+compile_cache.enable()
 
 
 # Modules that start Ray clusters: run one after the other on the same worker under
