@@ -151,14 +151,6 @@ def _median_reached(values, rows):
     return None if value is None or np.isinf(value) else value
 
 
-def untraced_seconds(row):
-    """The training seconds to the threshold without the step function's tracing (None
-    where either is unknown)."""
-    if row["seconds_to_threshold"] is None or row.get("tracing_seconds") is None:
-        return None
-    return row["seconds_to_threshold"] - row["tracing_seconds"]
-
-
 def median_row(rows):
     """The median over seeds of each column; a threshold not reached counts as infinite,
     so the median is "not reached" when at most half of the seeds reached it."""
@@ -169,9 +161,5 @@ def median_row(rows):
     median["tracing_seconds"] = _median([row.get("tracing_seconds") for row in rows])
     for key in ("steps_to_threshold", "seconds_to_threshold", "command_seconds"):
         median[key] = _median_reached([row[key] for row in rows], rows)
-    if all(row.get("tracing_seconds") is not None for row in rows
-           if row["seconds_to_threshold"] is not None):
-        median["untraced_seconds"] = _median_reached(
-            [untraced_seconds(row) for row in rows], rows)
     median["target_steps"] = None
     return median
