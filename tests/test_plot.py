@@ -2,6 +2,7 @@
 run_summary.py) on small synthetic event files."""
 
 import pathlib
+import shutil
 import time
 
 import matplotlib.image
@@ -271,3 +272,20 @@ def test_report_keeps_the_sections_of_configs_without_runs(bench, tmp_path):
     assert ant.count("Kept from the report written 2026-11-20 10:00 UTC") == 1
     assert learning_benchmark.main(args) == 0  # Kept again: the note is not repeated.
     assert output.read_text().count("Kept from the report written") == 1
+
+
+def test_report_of_some_configs_keeps_the_others_with_runs_as_they_were(bench, tmp_path):
+    # --report-only --configs ant: fake's runs exist but are left out, so its section is
+    # kept without the note that its runs are gone.
+    logdir = tmp_path / "runs"
+    shutil.copytree(bench / "fake", logdir / "fake")
+    output = tmp_path / "results.md"
+    assert learning_benchmark.main(
+        ["--report-only", "--logdir", str(logdir), "--output", str(output)]) == 0
+    fake = output.read_text().split("## fake (Fake-v0)")[1]
+    shutil.copytree(bench / "fake" / "seed-0", logdir / "ant" / "seed-0")
+    assert learning_benchmark.main(["--report-only", "--configs", "ant", "--logdir",
+                                    str(logdir), "--output", str(output)]) == 0
+    text = output.read_text()
+    assert "## ant (Fake-v0)" in text and "Kept from the report written" not in text
+    assert text.split("## fake (Fake-v0)")[1] == fake

@@ -216,29 +216,32 @@ def earlier_sections(output):
     return sections
 
 
-def _kept_section(section, logdir):
-    """An earlier report's section with the note that it was kept (once)."""
+def _kept_section(section, logdir, note=True):
+    """An earlier report's section, with the note that it was kept (once) if `note`."""
     lines = list(section["lines"])
     while lines and not lines[-1].strip():
         lines.pop()
-    note = KEPT_NOTE.format(date=section["date"], logdir=logdir)
-    if not any(line.startswith("Kept from the report written") for line in lines):
+    note = note and KEPT_NOTE.format(date=section["date"], logdir=logdir)
+    if note and not any(line.startswith("Kept from the report written") for line in lines):
         lines[1:1] = ["", note]
     return lines + [""]
 
 
-def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
+def write_report(runs, thresholds, output, tag="mean_score", logdir=None, left_out=()):
     """Writes the Markdown report and one plot per config next to it.
 
     The sections of configs that have no runs in `runs` but a section in the report already
     at `output` are kept as they are, with a line saying so (runs/ does not outlive a
-    machine, the report does); all sections go in the order of the config names.
+    machine, the report does) unless the config is in `left_out`; all sections go in the
+    order of the config names.
 
     Args:
       runs: dict config -> {seed: run directory} (from `run_summary.discover`).
       thresholds: dict config -> threshold score; a config without one uses the Gymnasium
         `reward_threshold` of its environment, if any.
       output: the Markdown file; the plots go to its folder as CONFIG.png.
+      left_out: configs whose runs exist but were filtered out of `runs` (`--configs`):
+        their sections are kept without that line.
 
     Returns:
       the report's text.
@@ -264,7 +267,8 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None):
         "Train steps/s: the train phases' steps over their wall-clock seconds (updates "
         "included, evaluation not), from the event files. The plots show the median and "
         "the 25th–75th percentiles over seeds, and each seed as a thin line.", ""]
-    sections = {config: _kept_section(section, logdir) for config, section in kept.items()}
+    sections = {config: _kept_section(section, logdir, note=config not in left_out)
+                for config, section in kept.items()}
     for config, seeds in runs.items():
         lines, before = [], lines
         read = [plot.read_run(path, tag) for path in seeds.values()]
@@ -388,7 +392,8 @@ def main(argv=None):
 
     if args.report_only:
         runs = run_summary.discover(args.logdir, args.configs, args.seeds)
-        write_report(runs, thresholds, args.output, args.tag, args.logdir)
+        left_out = set(run_summary.discover(args.logdir)) - set(runs)
+        write_report(runs, thresholds, args.output, args.tag, args.logdir, left_out)
         print(f"Wrote {args.output} ({sum(len(s) for s in runs.values())} runs).")
         return 0 if runs else 1
 
