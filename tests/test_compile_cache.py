@@ -160,3 +160,27 @@ def test_a_second_run_loads_the_compiled_program_quietly_and_trains_the_same(tmp
     assert verbose.returncode == 0, verbose.stderr
     for pattern in compile_cache.HIT_LOG_LINES:
         assert re.search(pattern, verbose.stderr), (pattern, verbose.stderr[-3000:])
+
+
+def test_train_in_a_python_process_leaves_its_stderr_alone(tmp_path, monkeypatch):
+    # Only the command filters (it owns its process); a notebook's sys.stderr stays.
+    from batchrl import configs
+    from batchrl.scripts import quiet, train
+
+    monkeypatch.setenv("TF_XLA_FLAGS", f"{compile_cache.FLAG}={tmp_path / 'cache'}")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", quiet.LOG_LEVEL)
+    seen = []
+    original = quiet.filtered_stderr
+
+    def recording(patterns, enabled=True):
+        seen.append(enabled)
+        return original(patterns, enabled)
+
+    monkeypatch.setattr(quiet, "filtered_stderr", recording)
+    config = configs.load("pendulum", ["steps=20", "eval_every=20", "num_agents=2",
+                                       "eval_episodes=0", "steps_per_call=10"])
+    stderr = sys.stderr
+    train.train(config, tmp_path / "run", progress=False)
+    assert seen == [False] and sys.stderr is stderr
+    train.train(config, tmp_path / "run2", progress=False, filter_logs=True)
+    assert seen == [False, True] and sys.stderr is stderr

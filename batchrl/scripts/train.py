@@ -183,7 +183,8 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
                 jit_compile=config.jit_step, started_at=started_at)
 
 
-def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None):
+def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None,
+          filter_logs=False):
     """Trains `config` in `logdir`, resuming from its latest checkpoint.
 
     With `config.eager`, every `tf.function` runs eagerly during training (so that `print`
@@ -198,6 +199,10 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
       started_at: optional epoch seconds at which the command started; once the step
         function is traced, a line gives the seconds from it to the first training step,
         of which start-up and tracing.
+      filter_logs: while training, drop the harmless ERROR lines that TensorFlow logs when
+        it loads a cached XLA program (`compile_cache.HIT_LOG_LINES`), if the cache is on
+        and the C++ logs are at the quiet level: the command's own process only, as
+        `sys.stderr` is replaced meanwhile (`quiet.filtered_stderr`).
 
     Returns:
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
@@ -245,7 +250,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
             ready = None if config.eager else (lambda: _print_ready(loop))
             # Loading a cached XLA program logs harmless ERROR lines; a quiet run drops them.
             with quiet.filtered_stderr(compile_cache.HIT_LOG_LINES, enabled=(
-                    compile_cache.enabled() and quiet.is_quiet())):
+                    filter_logs and compile_cache.enabled() and quiet.is_quiet())):
                 results = loop.run(on_phase=on_phase, on_ready=ready)
         except (Interrupted, KeyboardInterrupt):
             path = loop.save()
@@ -328,7 +333,7 @@ def main(argv=None):
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         loop, results = train(config, args.logdir, progress=args.progress, stop=stop,
-                              started_at=process_start_time())
+                              started_at=process_start_time(), filter_logs=not args.verbose)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
     except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.
