@@ -161,6 +161,26 @@ def test_a_second_run_loads_the_compiled_program_quietly_and_trains_the_same(tmp
     for pattern in compile_cache.HIT_LOG_LINES:
         assert re.search(pattern, verbose.stderr), (pattern, verbose.stderr[-3000:])
 
+    # An entry cut short after it was written: one error line naming the cache.
+    entries[0].write_bytes(entries[0].read_bytes()[:100_000])
+    damaged = _train(tmp_path / "damaged", cache)
+    assert damaged.returncode == 1, damaged.stderr
+    assert damaged.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot read an entry of the XLA compilation cache in {cache} "
+        "(OutOfRangeError: "), damaged.stderr
+    assert "Traceback" not in damaged.stderr
+
+
+def test_only_a_failed_read_of_the_cache_is_explained():
+    error = RuntimeError("Read less bytes than requested [Op:__inference_run_7]")
+    environ = {"TF_XLA_FLAGS": "--tf_xla_persistent_cache_directory=/c --other"}
+    assert compile_cache.damaged_entry_message(error, environ) == (
+        "cannot read an entry of the XLA compilation cache in /c (RuntimeError: Read less "
+        "bytes than requested [Op:__inference_run_7]): delete that directory or run with "
+        "BATCHRL_XLA_CACHE=off")
+    assert compile_cache.damaged_entry_message(error, {}) is None
+    assert compile_cache.damaged_entry_message(RuntimeError("other"), environ) is None
+
 
 def test_train_in_a_python_process_leaves_its_stderr_alone(tmp_path, monkeypatch):
     # Only the command filters (it owns its process); a notebook's sys.stderr stays.

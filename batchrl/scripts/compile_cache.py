@@ -122,6 +122,20 @@ def enabled(environ=None):
     return FLAG in environ.get("TF_XLA_FLAGS", "")
 
 
+def damaged_entry_message(error, environ=None):
+    """A one-line explanation (str) when `error`, raised by a TensorFlow call, is TensorFlow
+    failing to read an entry of the cache in use (an entry cut short after it was written:
+    TensorFlow 2.21 raises `OutOfRangeError: Read less bytes than requested`); None for
+    any other error or without a cache."""
+    environ = os.environ if environ is None else environ
+    found = re.search(rf"{FLAG}=(\S+)", environ.get("TF_XLA_FLAGS", ""))
+    if found is None or "Read less bytes than requested" not in str(error):
+        return None
+    return (f"cannot read an entry of the XLA compilation cache in {found.group(1)} "
+            f"({type(error).__name__}: {str(error).splitlines()[0]}): delete that directory "
+            f"or run with {VARIABLE}=off")
+
+
 def prune(path, max_bytes=MAX_BYTES):
     """Deletes the oldest entries (by modification time) of the cache in `path` until the
     rest take at most `max_bytes`, and temporary files of interrupted writes older than an

@@ -344,6 +344,12 @@ def main(argv=None):
         # left as it was.
         print(f"error: training failed {error}", file=sys.stderr)
         return 1
+    except Exception as error:
+        damaged = compile_cache.damaged_entry_message(error)
+        if damaged is None:
+            raise
+        print(f"error: {damaged}", file=sys.stderr)
+        return 1
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
