@@ -7,8 +7,10 @@ read when TensorFlow starts): an entry's name holds a fingerprint of the compile
 of its input shapes, so a changed graph (another config, network or batchrl version)
 compiles anew, and runs that differ only in their seed share one entry. TensorFlow writes an
 entry to a temporary file and renames it, so a run stopped while writing leaves no partial
-entry. `pendulum_native` (`jit_step`) traced and compiled its step function in 4.0 s
-without an entry and 1.6 s with one (docs/throughput.md, "Why the code is as it is").
+entry; one damaged later makes the command stop with a line naming the cache
+(`damaged_entry_message`). `pendulum_native` (`jit_step`) traced and compiled its step
+function in 4.0 s without an entry and 1.6 s with one (docs/throughput.md, "Why the code
+is as it is").
 
 The commands (`train`, and so the trials of `tune`) enable it (`enable`, through
 `batchrl.scripts.train.start_tensorflow`) in `BATCHRL_XLA_CACHE` or, when that is unset,
