@@ -85,14 +85,8 @@ def hidden_stderr(hide=True):
     Yields:
       None.
     """
-    if not hide:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # No file descriptor 2 (a daemon): nothing to hide.
+    saved = _duplicate_stderr() if hide else None
+    if saved is None:
         yield
         return
     with tempfile.TemporaryFile() as log:
@@ -110,6 +104,17 @@ def hidden_stderr(hide=True):
         finally:
             if saved is not None:
                 _restore(saved)
+
+
+def _duplicate_stderr():
+    """Flushes Python's streams and returns a duplicate of file descriptor 2 (int), or None
+    when the process has none (a daemon: nothing to hide or filter)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        return os.dup(2)
+    except OSError:
+        return None
 
 
 def _restore(saved):
@@ -154,14 +159,8 @@ def filtered_stderr(patterns, enabled=True):
     Yields:
       None.
     """
-    if not enabled or not patterns:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # No file descriptor 2 (a daemon): nothing to filter.
+    saved = _duplicate_stderr() if enabled and patterns else None
+    if saved is None:
         yield
         return
     read, write = os.pipe()
