@@ -18,7 +18,7 @@ from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
 from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.networks import NETWORKS
+from batchrl.networks import NETWORKS, constructor
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
@@ -86,8 +86,8 @@ def check(config):
 
     Raises:
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
-        episode length limit, or `jit_step` with an environment stepped outside
-        TensorFlow.
+        episode length limit, `jit_step` with an environment stepped outside TensorFlow, or
+        `preprocessing` with a preset network.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -95,10 +95,15 @@ def check(config):
             f"config key 'jit_step' needs an in-graph environment of batchrl.envs (e.g. "
             f"batchrl.envs:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
             f"which XLA cannot compile")
-    if config.network not in NETWORKS:
+    declared = isinstance(config.network, list)
+    if not declared and config.network not in NETWORKS:
         raise configs.ConfigError(
             f"unknown network {config.network!r} (config key 'network'); "
-            f"choices: {', '.join(sorted(NETWORKS))}")
+            f"choices: {', '.join(sorted(NETWORKS))}, or a list of layers")
+    if config.preprocessing and not declared:
+        raise configs.ConfigError(
+            f"config key 'preprocessing' needs a network of declared layers (network: a "
+            f"list of layers), not the preset {config.network!r}")
     environments.episode_limit(config)
     algorithm_class(config)
 
@@ -148,7 +153,7 @@ def build(config, batch_env, process_eager=True):
     is_training = tf.Variable(True, trainable=False, name="is_training")
     should_log = tf.Variable(True, trainable=False, name="should_log")
     algo_config = configs.Config(config)
-    algo_config["network"] = NETWORKS[config.network]
+    algo_config["network"] = constructor(config.network)
     algo_config["max_length"] = environments.episode_limit(config)
     python_random = random.getstate()
     random.seed(config.seed)
@@ -157,8 +162,8 @@ def build(config, batch_env, process_eager=True):
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
             raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None
-        raise configs.ConfigError(
-            f"config key 'network' is {config.network!r}: {error}") from None
+        name = "a list of layers" if isinstance(config.network, list) else repr(config.network)
+        raise configs.ConfigError(f"config key 'network' is {name}: {error}") from None
     finally:
         random.setstate(python_random)
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)

@@ -12,6 +12,7 @@ import pathlib
 
 import ruamel.yaml
 
+from batchrl import network_spec
 from batchrl.errors import ConfigError
 from batchrl.optimizers import spec as optimizer_spec
 
@@ -28,13 +29,13 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
              "num_workers", "observ_clip", "reward_clip", "worker_cpus", "replay_capacity",
              "updates_per_step", "n_step", "target_update_rate", "target_update_every",
-             "init_temperature", "policy_delay"}
+             "init_temperature", "policy_delay", "rollout_length"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "worker_restarts", "learning_starts",
                  "target_noise", "target_noise_clip"}
 _UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
-                 "inter_op_threads"}
+                 "inter_op_threads", "rollout_length"}
 _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy"}
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
@@ -117,6 +118,10 @@ def _check_value(key, value, default):
         return _check_optimizer(key, value)
     if key == "algorithm":
         return _check_algorithm(value)
+    if key == "network" and isinstance(value, list):
+        return network_spec.check_layers(value)
+    if key == "preprocessing":
+        return network_spec.check_preprocessing(value)
     if value is None:
         if key in _OPTIONAL_INT or key in _OPTIONAL_FLOAT or key in _OPTIONAL_STR or (
                 key in _OPTIONAL_MAPPING):

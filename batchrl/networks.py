@@ -1,4 +1,5 @@
-"""Policy and value networks, selectable by name with the config key `network`.
+"""Policy and value networks: presets selected by name with the config key `network`, or
+networks of declared layers (`network` a list of layers, `declared`).
 
 A network constructor is called as `constructor(observation_space, action_space, config)`
 and returns `Networks(policy, value, distribution)`:
@@ -35,6 +36,7 @@ from batchrl.algorithms.distributions import (
     MultiCategorical,
 )
 from batchrl.tools import nested
+from batchrl.torso import Torso
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
@@ -68,7 +70,7 @@ class _MLP(keras.layers.Layer):
             for size in units])
 
     def call(self, observ):
-        observ = tf.convert_to_tensor(observ, tf.float32)
+        observ = tf.cast(observ, tf.float32)
         hidden = tf.reshape(observ, tf.concat([tf.shape(observ)[:2], [-1]], 0))
         for layer in self._dense:
             hidden = layer(hidden)
@@ -108,14 +110,17 @@ class GaussianPolicy(keras.Model):
       init_std: initial standard deviation (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
+      hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.torso.Torso`),
+        mapping `[batch, time, *observation_shape]` to `[batch, time, n]`.
     """
 
     state_size = 0
 
     def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
-                 orthogonal=False, name="policy"):
+                 orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        self._hidden = hidden if hidden is not None else _MLP(
+            units, activation, orthogonal, name="hidden")
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
     def call(self, observ, state):
@@ -165,12 +170,14 @@ class CategoricalPolicy(keras.Model):
       units: sizes of the hidden layers.
       init_mean_factor: scale of the variance-scaling initializer of the logits layer.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
+      hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
     """
 
     def __init__(self, num_actions, units, init_mean_factor, activation="relu",
-                 orthogonal=False, name="policy"):
+                 orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        self._hidden = hidden if hidden is not None else _MLP(
+            units, activation, orthogonal, name="hidden")
         self._logits = keras.layers.Dense(
             num_actions, kernel_initializer=keras.initializers.VarianceScaling(
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
@@ -231,14 +238,16 @@ class CompositePolicy(keras.Model):
       init_std: initial standard deviation of the Gaussian heads (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the output layers.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
+      hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
     """
 
     state_size = 0
 
     def __init__(self, heads, units, init_std, init_mean_factor, activation="relu",
-                 orthogonal=False, name="policy"):
+                 orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        self._hidden = hidden if hidden is not None else _MLP(
+            units, activation, orthogonal, name="hidden")
         layers = []
         for index, (kind, argument) in enumerate(heads):
             name = f"leaf{index}"
@@ -260,11 +269,13 @@ class CompositePolicy(keras.Model):
 
 class ValueNetwork(keras.Model):
     """State-value function: an MLP (`_MLP`) with a linear output, `[batch, time]`; with
-    `orthogonal`, the output layer is initialized orthogonally with gain 1."""
+    `orthogonal`, the output layer is initialized orthogonally with gain 1. `hidden`
+    replaces the MLP as in `GaussianPolicy`."""
 
-    def __init__(self, units, activation="relu", orthogonal=False, name="value"):
+    def __init__(self, units, activation="relu", orthogonal=False, name="value", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, orthogonal, name="hidden")
+        self._hidden = hidden if hidden is not None else _MLP(
+            units, activation, orthogonal, name="hidden")
         self._output = keras.layers.Dense(
             1, kernel_initializer=(keras.initializers.Orthogonal(gain=1.0) if orthogonal
                                    else "glorot_uniform"), name="output")
@@ -338,6 +349,15 @@ def feed_forward_composite(observation_space, action_space, config):
       ValueError: for a `Discrete` action space (use `feed_forward_categorical`) or any
         other action space that is none of the above.
     """
+    heads, distribution = _composite(action_space)
+    policy = CompositePolicy(heads, config.policy_layers, config.init_std,
+                             config.init_mean_factor, **_hidden(config))
+    return _built(policy, _value(config), distribution, observation_space)
+
+
+def _composite(action_space):
+    """`(heads, distribution)` of `CompositePolicy` and `Composite` for the action space
+    (as `feed_forward_composite` documents)."""
     if isinstance(action_space, nested.FlatActionSpace):
         leaves = [(leaf.space, leaf.size) for leaf in action_space.leaves]
     elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
@@ -364,10 +384,50 @@ def feed_forward_composite(observation_space, action_space, config):
             heads.append(("bernoulli", size))
             distribution = Bernoulli
         components.append((f"leaf{index}", distribution, size))
-    policy = CompositePolicy(heads, config.policy_layers, config.init_std,
-                             config.init_mean_factor, **_hidden(config))
-    return _built(policy, _value(config),
-                  functools.partial(Composite, components=components), observation_space)
+    return heads, functools.partial(Composite, components=components)
+
+
+def declared(observation_space, action_space, config, layers):
+    """Policy and value networks of declared layers: each has its own `batchrl.torso.Torso`
+    of `layers` after the config's `preprocessing`, then the head the action space calls
+    for: Gaussian (as `GaussianPolicy`) for a one-dimensional `Box`, categorical logits (as
+    `CategoricalPolicy`) for a `Discrete` starting at 0, one head per leaf (as
+    `CompositePolicy`) for a `MultiDiscrete`, a `MultiBinary` or a nested action space; the
+    value network a linear output.
+
+    Config keys: `preprocessing`, `init_std`, `init_mean_factor`, and `activation` and
+    `orthogonal_init` as the layers' defaults.
+
+    Raises:
+      ValueError: a layer or a preprocessing step that does not fit the observation
+        (`Torso`), or an action space none of the heads takes.
+    """
+    def torso():
+        return Torso(layers, config.preprocessing, observation_space,
+                     config.activation, config.orthogonal_init)
+
+    value = ValueNetwork(None, hidden=torso())
+    if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+            and not isinstance(action_space, nested.FlatActionSpace)):
+        policy = GaussianPolicy(action_space.shape[0], None, config.init_std,
+                                config.init_mean_factor, hidden=torso())
+        return _built(policy, value, DiagonalGaussian, observation_space)
+    if isinstance(action_space, gym.spaces.Discrete) and action_space.start == 0:
+        policy = CategoricalPolicy(int(action_space.n), None, config.init_mean_factor,
+                                   hidden=torso())
+        return _built(policy, value, Categorical, observation_space)
+    heads, distribution = _composite(action_space)
+    policy = CompositePolicy(heads, None, config.init_std, config.init_mean_factor,
+                             hidden=torso())
+    return _built(policy, value, distribution, observation_space)
+
+
+def constructor(network):
+    """The network constructor of config key `network`: a preset of `NETWORKS` by name, or
+    `declared` for a (checked) list of layers."""
+    if isinstance(network, list):
+        return functools.partial(declared, layers=network)
+    return NETWORKS[network]
 
 
 def _hidden(config):

@@ -1,0 +1,148 @@
+"""Declared networks and preprocessing: the checks of the config keys `network` (a list of
+layers) and `preprocessing` (a list of steps), free of TensorFlow so that configs load fast.
+
+A layer or a step is a mapping with a `type` and that type's keys; `check_layers` and
+`check_preprocessing` fill in the defaults and return the lists that `batchrl.torso` builds.
+
+Layers (applied to one step's observation after the preprocessing):
+- `dense`: `units`; `activation`, `initializer`.
+- `conv2d`: `filters`, `kernel` (int or [height, width]); `stride` (1), `padding` (`valid`
+  or `same`), `activation`, `initializer`. Takes `[height, width, channels]`.
+- `max_pool2d`: `size` (2); `stride` (the size), `padding`. Takes `[height, width,
+  channels]`.
+- `flatten`: makes the input one vector.
+- `layer_norm`: normalizes the last axis (Ba et al., arXiv:1607.06450), with a learned
+  scale and offset.
+- `activation`: `function`.
+`activation` is one of `ACTIVATIONS` (default: the config key `activation`); `initializer`
+of the kernels is `orthogonal` (gain sqrt 2, Saxe et al., arXiv:1312.6120), `glorot_uniform`
+or `he_uniform` (default: the config key `orthogonal_init` chooses the first or second).
+
+Preprocessing steps (in the graph, before the layers; part of an exported model):
+- `scale`: float32 times `factor` (default: 1 / the observation space's upper bound, so
+  uint8 pixels land in [0, 1] and binary frames stay 0 / 1).
+- `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights).
+- `resize`: to `height` x `width` (bilinear).
+- `crop`: `top`, `left`, `height`, `width`.
+"""
+
+from batchrl.errors import ConfigError
+
+ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "sigmoid", "linear")
+INITIALIZERS = ("orthogonal", "glorot_uniform", "he_uniform")
+PADDINGS = ("valid", "same")
+
+# Each type's keys: required keys map to None, optional ones to their default ("config":
+# the config key of the same concept decides).
+LAYERS = {
+    "dense": {"units": None, "activation": "config", "initializer": "config"},
+    "conv2d": {"filters": None, "kernel": None, "stride": 1, "padding": "valid",
+               "activation": "config", "initializer": "config"},
+    "max_pool2d": {"size": 2, "stride": None, "padding": "valid"},
+    "flatten": {},
+    "layer_norm": {},
+    "activation": {"function": None},
+}
+PREPROCESSING = {
+    "scale": {"factor": "space"},
+    "grayscale": {},
+    "resize": {"height": None, "width": None},
+    "crop": {"top": None, "left": None, "height": None, "width": None},
+}
+# Keys whose None default means "derived" (max_pool2d's stride: its size).
+_OPTIONAL_NONE = {"max_pool2d": ("stride",)}
+
+
+def check_layers(value, key="network"):
+    """The layer list of config key `key` with every layer's defaults filled in.
+
+    Args:
+      value: a list of mappings, each with `type` (a key of `LAYERS`) and that type's keys.
+      key: the config key, for the messages.
+
+    Returns:
+      list of dicts, each with `type` and all of its type's keys.
+
+    Raises:
+      ConfigError: not a non-empty list of mappings; an unknown type or key; a missing
+        required key; a value of the wrong type or range. The message names the layer by
+        its position (from 1) and type.
+    """
+    return _check_list(value, key, LAYERS, "layer")
+
+
+def check_preprocessing(value, key="preprocessing"):
+    """The preprocessing list of config key `key` with defaults filled in (an empty list:
+    none). Raises `ConfigError` as `check_layers` does."""
+    if value == []:
+        return []
+    return _check_list(value, key, PREPROCESSING, "step")
+
+
+def _check_list(value, key, types, noun):
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"config key {key!r} must be a non-empty list of {noun}s (mappings "
+                          f"with a type), got {value!r}")
+    return [_check_item(item, index, key, types, noun)
+            for index, item in enumerate(value, 1)]
+
+
+def _check_item(item, index, key, types, noun):
+    where = f"config key {key!r}, {noun} {index}"
+    if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+        raise ConfigError(f"{where}: expected a mapping with a type (one of "
+                          f"{', '.join(types)}), got {item!r}")
+    kind = item["type"]
+    if kind not in types:
+        raise ConfigError(f"{where}: unknown type {kind!r}; types: {', '.join(types)}")
+    where = f"{where} ({kind})"
+    keys = types[kind]
+    unknown = sorted(set(item) - set(keys) - {"type"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; keys of {kind}: "
+                          f"{', '.join(keys) or 'none'}")
+    checked = {"type": kind}
+    for name, default in keys.items():
+        if name not in item:
+            if default is None and name not in _OPTIONAL_NONE.get(kind, ()):
+                raise ConfigError(f"{where}: missing key {name!r}")
+            checked[name] = (default if default in (None, "config", "space")
+                             else _check_field(name, default, where))
+            continue
+        checked[name] = _check_field(name, item[name], where)
+    return checked
+
+
+def _check_field(name, value, where):
+    """Checks one key's value by the key's name; returns it."""
+    if name in ("activation", "function"):
+        return _choice(name, value, ACTIVATIONS, where)
+    if name == "initializer":
+        return _choice(name, value, INITIALIZERS, where)
+    if name == "padding":
+        return _choice(name, value, PADDINGS, where)
+    if name == "factor":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{where}: key 'factor' must be a positive number, got {value!r}")
+        return float(value)
+    if name in ("kernel", "size", "stride"):
+        pair = value if isinstance(value, list) else [value, value]
+        if len(pair) != 2 or not all(_positive_int(x) for x in pair):
+            raise ConfigError(f"{where}: key {name!r} must be a positive integer or a list of "
+                              f"two, got {value!r}")
+        return pair
+    minimum = 0 if name in ("top", "left") else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: key {name!r} must be an integer >= {minimum}, got "
+                          f"{value!r}")
+    return value
+
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _choice(name, value, choices, where):
+    if value not in choices:
+        raise ConfigError(f"{where}: key {name!r} is {value!r}; choices: {', '.join(choices)}")
+    return value

@@ -1,0 +1,155 @@
+"""Declared networks and preprocessing: the config checks (batchrl.network_spec) and the
+layers they build (batchrl.torso)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs, network_spec
+from batchrl.torso import Torso
+
+CONV = [{"type": "conv2d", "filters": 4, "kernel": 3}, {"type": "flatten"},
+        {"type": "dense", "units": 8}]
+
+
+def _image(shape=(10, 10, 3), high=255):
+    return gym.spaces.Box(0, high, shape, np.uint8)
+
+
+def _torso(layers, preprocessing=(), space=None):
+    return Torso(network_spec.check_layers(list(layers)),
+                 network_spec.check_preprocessing(list(preprocessing)),
+                 space if space is not None else _image())
+
+
+def test_check_fills_in_every_default():
+    checked = network_spec.check_layers(CONV + [{"type": "max_pool2d"}])
+    assert checked[0] == {"type": "conv2d", "filters": 4, "kernel": [3, 3], "stride": [1, 1],
+                          "padding": "valid", "activation": "config",
+                          "initializer": "config"}
+    assert checked[3] == {"type": "max_pool2d", "size": [2, 2], "stride": None,
+                          "padding": "valid"}
+    assert network_spec.check_preprocessing([{"type": "scale"}]) == [
+        {"type": "scale", "factor": "space"}]
+    assert network_spec.check_preprocessing([]) == []
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([], "non-empty list"),
+    ("conv", "non-empty list"),
+    ([{"units": 3}], "layer 1: expected a mapping with a type"),
+    ([{"type": "dense", "units": 3}, {"type": "conv3d"}], "layer 2: unknown type 'conv3d'"),
+    ([{"type": "dense", "units": 3, "size": 2}], r"layer 1 \(dense\): unknown key 'size'"),
+    ([{"type": "conv2d", "filters": 3}], r"layer 1 \(conv2d\): missing key 'kernel'"),
+    ([{"type": "conv2d", "filters": 3, "kernel": [3, 3, 3]}], "key 'kernel' must be"),
+    ([{"type": "dense", "units": 0}], "key 'units' must be an integer >= 1"),
+    ([{"type": "dense", "units": 3, "activation": "softplus"}], "choices: relu"),
+    ([{"type": "conv2d", "filters": 3, "kernel": 2, "padding": "full"}], "choices: valid"),
+])
+def test_bad_layers_are_one_line_errors_naming_the_layer(layers, message):
+    with pytest.raises(configs.ConfigError, match=message) as caught:
+        network_spec.check_layers(layers)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_config_keys_are_checked_when_the_config_loads():
+    config = configs.load("default", {"network": CONV, "preprocessing": [{"type": "scale"}]})
+    assert config.network[0]["kernel"] == [3, 3]
+    assert config.preprocessing == [{"type": "scale", "factor": "space"}]
+    with pytest.raises(configs.ConfigError, match="'network', layer 2: unknown type"):
+        configs.load("default", {"network": [{"type": "flatten"}, {"type": "dropout"}]})
+    with pytest.raises(configs.ConfigError, match="'preprocessing', step 1 .crop.: missing"):
+        configs.load("default", {"preprocessing": [{"type": "crop", "top": 0}]})
+
+
+@pytest.mark.parametrize("layers, shape", [
+    ([{"type": "conv2d", "filters": 4, "kernel": 3}], (8, 8, 4)),
+    ([{"type": "conv2d", "filters": 4, "kernel": [3, 2], "stride": 2, "padding": "same"}],
+     (5, 5, 4)),
+    ([{"type": "max_pool2d"}], (5, 5, 3)),
+    ([{"type": "max_pool2d", "size": 3, "stride": 1}], (8, 8, 3)),
+    ([{"type": "layer_norm"}], (10, 10, 3)),
+    ([{"type": "activation", "function": "tanh"}], (10, 10, 3)),
+    ([{"type": "flatten"}], (300,)),
+    ([{"type": "dense", "units": 7}], (10, 10, 7)),
+])
+def test_each_layer_type_gives_its_output_shape(layers, shape):
+    torso = _torso(layers + [{"type": "flatten"}])
+    layer = torso._declared[0]
+    assert tuple(layer.compute_output_shape((1, 10, 10, 3))[1:]) == shape
+    assert torso.output_size == int(np.prod(shape))
+    output = torso(np.zeros((2, 3, 10, 10, 3), np.uint8))
+    assert output.shape == (2, 3, np.prod(shape)) and output.dtype == tf.float32
+
+
+@pytest.mark.parametrize("steps, shape", [
+    ([{"type": "scale"}], (10, 10, 3)),
+    ([{"type": "grayscale"}], (10, 10, 1)),
+    ([{"type": "resize", "height": 6, "width": 4}], (6, 4, 3)),
+    ([{"type": "crop", "top": 1, "left": 2, "height": 5, "width": 7}], (5, 7, 3)),
+])
+def test_each_preprocessing_step_gives_its_output_shape(steps, shape):
+    torso = _torso([{"type": "flatten"}], steps)
+    assert torso.output_size == int(np.prod(shape))
+
+
+def test_scale_maps_pixels_to_the_unit_interval_and_grayscale_weighs_the_channels():
+    frames = np.zeros((1, 1, 10, 10, 3), np.uint8)
+    frames[..., 0] = 255
+    scaled = _torso([{"type": "flatten"}], [{"type": "scale"}])(frames).numpy()
+    np.testing.assert_allclose(scaled.reshape(10, 10, 3)[..., 0], 1.0)
+    np.testing.assert_allclose(scaled.reshape(10, 10, 3)[..., 1:], 0.0)
+    gray = _torso([{"type": "flatten"}], [{"type": "grayscale"}, {"type": "scale"}])(frames)
+    np.testing.assert_allclose(gray.numpy(), 0.299, rtol=1e-5)
+    # A binary frame (a bool Box, uint8 in the batch) keeps its 0 / 1.
+    binary = _torso([{"type": "flatten"}], [{"type": "scale"}], _image((4, 4, 2), high=1))
+    np.testing.assert_array_equal(binary(np.ones((1, 1, 4, 4, 2), np.uint8)).numpy(), 1.0)
+
+
+@pytest.mark.parametrize("layers, steps, space, message", [
+    (CONV, [], gym.spaces.Box(-1, 1, (5,), np.float32),
+     r"network layer 1 \(conv2d\) needs an image \[height, width, channels\], got an input "
+     r"of shape \(5,\)"),
+    ([{"type": "flatten"}, {"type": "max_pool2d"}], [], None,
+     r"network layer 2 \(max_pool2d\) needs an image"),
+    ([{"type": "conv2d", "filters": 4, "kernel": 11}, {"type": "flatten"}], [], None,
+     r"network layer 1 \(conv2d\) (does not fit|leaves nothing of) its input of shape "
+     r"\(10, 10, 3\)"),
+    ([{"type": "conv2d", "filters": 4, "kernel": 3}], [], None,
+     r"last layer gives shape \(8, 8, 4\); end the list with a vector"),
+    ([{"type": "flatten"}], [{"type": "crop", "top": 5, "left": 0, "height": 6, "width": 2}],
+     None, r"preprocessing step 1 \(crop\) reaches outside the image"),
+    ([{"type": "flatten"}], [{"type": "grayscale"}], gym.spaces.Box(-1, 1, (4,), np.float32),
+     r"preprocessing step 1 \(grayscale\) needs an image"),
+])
+def test_a_network_that_does_not_fit_the_observation_names_the_layer(
+        layers, steps, space, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        _torso(layers, steps, space)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_conv_network_checkpoint_restores_every_weight(tmp_path):
+    from batchrl import networks
+
+    config = configs.load("default", {"network": CONV, "preprocessing": [{"type": "scale"}]})
+    space = gym.spaces.Discrete(4)
+
+    def build():
+        return networks.constructor(config.network)(_image(), space, config)
+
+    saved = build()
+    path = tf.train.Checkpoint(policy=saved.policy, value=saved.value).save(tmp_path / "ckpt")
+    restored = build()
+    tf.train.Checkpoint(policy=restored.policy, value=restored.value).restore(
+        path).assert_consumed()
+    frames = np.random.default_rng(0).integers(0, 256, (2, 1, 10, 10, 3)).astype(np.uint8)
+    for model in ("policy", "value"):
+        before, after = getattr(saved, model).weights, getattr(restored, model).weights
+        assert len(after) == len(before) >= 6  # conv, dense and head kernels and biases
+        for old, new in zip(before, after, strict=True):
+            np.testing.assert_array_equal(new.numpy(), old.numpy(), err_msg=new.path)
+    empty = np.zeros((2, 0), np.float32)
+    np.testing.assert_array_equal(restored.policy(frames, empty)[0]["logits"].numpy(),
+                                  saved.policy(frames, empty)[0]["logits"].numpy())
