@@ -13,6 +13,7 @@ from batchrl import build as build_lib
 from batchrl import configs, spaces
 from batchrl import export as export_lib
 from batchrl.environments.application import ApplicationBatchEnv
+from batchrl.environments.in_graph import observation_dtype
 from batchrl.tools import nested
 from batchrl.tools.simulate import act as simulate_act
 from batchrl.tools.simulate import episode_state
@@ -109,6 +110,9 @@ class Agent:
             raise configs.ConfigError(str(error)) from None
         self._nested = not isinstance(observation_space, gym.spaces.Box)
         self._observ_shape = tuple(observation_space.shape or ())
+        # float32, or uint8 for the images and binary frames of a uint8 or bool Box.
+        self._observ_dtype = (np.float32 if self._nested else
+                              observation_dtype(observation_space).as_numpy_dtype)
         self._batch_env = _Environments(
             self._num_envs, policy_observation_space, policy_action_space)
         self._built = build_lib.build(config, self._batch_env, process_eager=False)
@@ -180,7 +184,8 @@ class Agent:
         """The actions of all environments for their current observations.
 
         Args:
-          observation: `[num_envs, *observation_shape]` array (cast to float32); for a
+          observation: `[num_envs, *observation_shape]` array (cast to float32, or to uint8
+            for a uint8 or bool `Box`: images and binary frames); for a
             nested space, a dict / tuple nested as the space with such an array per leaf
             (`Discrete` leaves: integers `[num_envs]`).
           deterministic: the mean (mode) action, recording nothing (training episodes in
@@ -358,7 +363,8 @@ class Agent:
     def _batch_observation(self, value, name, count):
         """Observations of `count` transitions, as the policy sees them (float32, flat)."""
         if not self._nested:
-            return self._check_array(value, name, (count,) + self._observ_shape)
+            return self._check_array(value, name, (count,) + self._observ_shape,
+                                     self._observ_dtype)
         checked = nested.check_batch(self.observation_space, value, count, name)
         return spaces.to_policy_observation(checked, self.observation_space).numpy()
 
@@ -482,7 +488,7 @@ class Agent:
 
     def _trace(self):
         observ_spec = spaces.observation_spec(self.observation_space, self._num_envs)
-        flat_spec = tf.TensorSpec(self._batch_env.observ.shape, tf.float32)
+        flat_spec = tf.TensorSpec(self._batch_env.observ.shape, self._batch_env.observ.dtype)
         flags = tf.TensorSpec([self._num_envs], tf.bool)
         self._act_sampled = tf.function(self._act_graph, input_signature=[observ_spec])
         self._act_deterministic = tf.function(
@@ -543,17 +549,18 @@ class Agent:
     def _check_observation(self, value, name):
         """The observation as arrays of the dtypes of `spaces.observation_spec`."""
         if not self._nested:
-            return self._check_array(value, name, (self._num_envs,) + self._observ_shape)
+            return self._check_array(value, name, (self._num_envs,) + self._observ_shape,
+                                     self._observ_dtype)
         return nested.check_batch(self.observation_space, value, self._num_envs, name)
 
-    def _check_array(self, value, name, shape):
-        array = np.asarray(value, np.float32)
+    def _check_array(self, value, name, shape, dtype=np.float32):
+        array = np.asarray(value)
         if array.shape != shape:
             raise ValueError(f"{name} of shape {array.shape}, expected {shape}")
-        if not np.isfinite(array).all():
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
             rows = np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(1))
             raise ValueError(f"{name} is not finite for environments {rows.tolist()}")
-        return array
+        return array.astype(dtype, copy=False)
 
     def _check_flags(self, value, name, count=None):
         array = np.asarray(value)

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from batchrl.environments.in_graph import observation_dtype
 from batchrl.tools import nested
 
 
@@ -71,12 +72,15 @@ def _at(value, path):
 
 def observation_spec(space, batch=None):
     """The `tf.TensorSpec`s of a batch of observations of `space`, nested like it: float32
-    `[batch, *shape]` for a `Box` leaf, int64 `[batch]` for `Discrete`, int64 `[batch,
-    *shape]` for `MultiDiscrete`, int8 `[batch, *shape]` for `MultiBinary`. Named
+    `[batch, *shape]` for a `Box` (uint8 for a uint8 or bool `Box` observation, images and
+    binary frames, as `observation_dtype`) and a `Box` leaf, int64 `[batch]` for
+    `Discrete`, int64 `[batch, *shape]` for `MultiDiscrete`, int8 `[batch, *shape]` for
+    `MultiBinary`. Named
     `observation` for a single space, `observation_KEY...` per leaf of a nested one
     (`nested.leaf_key`), which are the input names of a SavedModel signature."""
     if isinstance(space, gym.spaces.Box):
-        return tf.TensorSpec((batch,) + tuple(space.shape), tf.float32, name="observation")
+        return tf.TensorSpec((batch,) + tuple(space.shape), observation_dtype(space),
+                             name="observation")
     return _structure(space, lambda path, leaf: tf.TensorSpec(
         (batch,) + tuple(leaf.shape), _leaf_dtype(leaf),
         name=nested.leaf_key("observation", path)))
@@ -84,11 +88,12 @@ def observation_spec(space, batch=None):
 
 def to_policy_observation(observation, space):
     """Maps a batch of observations of `space` (nested like `observation_spec`) onto what
-    the policy sees, inside the graph: float32 `[n, *shape]` for a `Box`; for any other space
+    the policy sees, inside the graph: `[n, *shape]` of `observation_dtype` for a `Box`
+    (float32, or uint8 for images and binary frames); for any other space
     float32 `[n, size]`, the leaves flattened and concatenated as `gymnasium.spaces.flatten`
     does (a `Box` leaf's elements, one-hot `Discrete` and `MultiDiscrete` values, bits)."""
     if isinstance(space, gym.spaces.Box):
-        return tf.cast(observation, tf.float32)
+        return tf.cast(observation, observation_dtype(space))
     parts = []
     for path, leaf in nested.leaves(space):
         value = _at(observation, path)

@@ -255,3 +255,35 @@ def test_masked_mean_and_generalized_advantage_ignore_non_finite_padding(poison)
     np.testing.assert_allclose(normalized[mask > 0], (valid - valid.mean()) / valid.std(),
                                rtol=1e-4, atol=1e-5)
     assert not normalized[mask == 0].any()
+
+
+@pytest.mark.parametrize("discount, lam", [(0.99, 0.95), (0.9, 1.0), (0.5, 0.0)])
+def test_rollout_advantage_equals_gae_of_the_episodes_it_spans(discount, lam):
+    """A rollout row cut at its episode ends gives the whole-episode GAE of each piece, each
+    bootstrapped from the value after its last step: 0 when it terminated, V(s') when it
+    was truncated or is still running at the row's end."""
+    rng = np.random.default_rng(1)
+    rows, time = 3, 11
+    reward, value, next_value = (rng.normal(size=(rows, time)).astype(np.float32)
+                                 for _ in range(3))
+    done = rng.random((rows, time)) < 0.25
+    terminated = done & (rng.random((rows, time)) < 0.5)
+    done[0, -1] = terminated[0, -1] = True  # A row ending in a terminal state.
+    length = np.array([time, time, time - 3], np.int32)  # The last row padded.
+    advantage_, target = (x.numpy() for x in advantage.rollout_advantage(
+        reward, value, next_value, terminated, done, length, discount, lam))
+    done[2, length[2] - 1:] = True  # Where the test cuts the padded row.
+    for row in range(rows):
+        ends = [t for t in range(length[row]) if done[row, t]]
+        starts = [0] + [t + 1 for t in ends if t + 1 < length[row]]
+        for start in starts:
+            end = next((t for t in ends if t >= start), length[row] - 1)
+            piece = end - start + 1
+            bootstrap = 0.0 if terminated[row, end] else next_value[row, end]
+            expected, _ = _numpy_gae(reward[None, row, start:end + 1],
+                                     value[None, row, start:end + 1],
+                                     np.array([bootstrap]), np.array([piece]), discount, lam)
+            np.testing.assert_allclose(advantage_[row, start:end + 1], expected[0], atol=1e-5)
+    valid = np.arange(time)[None] < length[:, None]
+    np.testing.assert_allclose(target, (advantage_ + value) * valid, atol=1e-6)
+    np.testing.assert_array_equal(advantage_[~valid], 0.0)

@@ -86,3 +86,44 @@ def normalize(values, mask):
     mean = masked_mean(values, mask)
     std = tf.sqrt(masked_mean(tf.square(values - mean), mask))
     return masked((values - mean) / (std + 1e-8), mask)
+
+
+def rollout_advantage(reward, value, next_value, terminated, done, length, discount,
+                      gae_lambda):
+    """GAE(lambda) advantages and lambda-returns of fixed-length rollouts, each row one
+    agent's consecutive steps, across the ends of its episodes.
+
+    Schulman et al., arXiv:1506.02438, eq. 16, with the sums stopped at episode ends:
+    `delta_t = r_t + discount * (1 - terminated_t) * V(s'_t) - V(s_t)` and
+    `A_t = delta_t + discount * lambda * (1 - done_t) * A_{t+1}`, where `V(s'_t)`, the value
+    after step t, is `V(s_{t+1})` inside an episode and `next_value` (the value of the
+    observation after the step) where an episode ends (its final observation: a truncated
+    episode bootstraps from it, a terminated one does not) and at a row's last valid step;
+    the value targets are `A_t + V(s_t)`. Each piece of a row between episode ends thus
+    gets the advantages `generalized_advantage` gives it as an episode of its own.
+
+    Args:
+      reward, value, next_value: float32 `[rows, time]`: r_t, V(s_t) and the value of the
+        observation after step t.
+      terminated: bool `[rows, time]`, step t ended its episode in a terminal state.
+      done: bool `[rows, time]`, step t ended its episode (terminated, truncated or cut
+        short where the rollout begins new episodes).
+      length: int32 `[rows]`, the valid steps of each row; later steps are ignored.
+
+    Returns:
+      `(advantage, target)`, float32 `[rows, time]`, zero beyond each row's length.
+    """
+    max_length = tf.shape(reward)[1]
+    mask = sequence_mask(length, max_length)
+    is_last = tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
+    following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
+    after = tf.where(done | is_last, next_value, following)
+    not_terminated = 1.0 - tf.cast(terminated, tf.float32)
+    delta = masked(reward + discount * not_terminated * after - value, mask)
+    factor = discount * gae_lambda * (1.0 - tf.cast(done, tf.float32))
+    time_major = tf.transpose(tf.stack([delta, factor], -1), [1, 0, 2])
+    advantage = tf.scan(lambda following, current: current[:, 0] + current[:, 1] * following,
+                        time_major, initializer=tf.zeros_like(time_major[0, :, 0]),
+                        reverse=True)
+    advantage = tf.transpose(advantage)
+    return advantage, masked(advantage + value, mask)

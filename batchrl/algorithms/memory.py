@@ -39,6 +39,11 @@ class EpisodeMemory(tf.Module):
         return self._max_length
 
     @property
+    def fields(self):
+        """dict of the field variables, `[capacity, max_length, *shape]` each."""
+        return dict(self._fields)
+
+    @property
     def length(self):
         """int32 `[capacity]`, the number of steps stored in each row."""
         return self._length

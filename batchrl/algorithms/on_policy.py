@@ -94,6 +94,10 @@ class OnPolicyAlgorithm:
         self._config = config
         num_agents = len(batch_env)
         observ_shape = tuple(batch_env.observ.shape[1:])
+        # Observations that are not floats (images, binary frames) and not normalized are
+        # stored in their own dtype; the networks convert them.
+        self._raw_observ = not (config.normalize_observ or batch_env.observ.dtype.is_floating)
+        stored_dtype = batch_env.observ.dtype if self._raw_observ else tf.float32
         action_shape = tuple(batch_env.action.shape[1:])
         self._networks = config.network(
             batch_env.observation_space, batch_env.action_space, config)
@@ -113,13 +117,21 @@ class OnPolicyAlgorithm:
         params, _ = self._networks.policy(
             tf.zeros((1, 1) + observ_shape), tf.zeros((1, self._state_size)))
         self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
+        self._rollout_length = (config.rollout_length if "rollout_length" in self.config_keys
+                                else None)
+        if self._rollout_length and self._recurrent:
+            raise ValueError("rollout_length needs a feed-forward policy; a recurrent one "
+                             "trains on whole episodes (rollout_length: null)")
+        sequence = self._rollout_length or config.max_length
         chunk_length = config.chunk_length if "chunk_length" in self.config_keys else None
-        self._chunk_length = chunk_length or config.max_length
-        # Episodes are stored padded to a whole number of chunks.
-        chunks = -(-config.max_length // self._chunk_length)
+        self._chunk_length = chunk_length or sequence
+        # Episodes (rollouts) are stored padded to a whole number of chunks.
+        chunks = -(-sequence // self._chunk_length)
         self._memory_length = chunks * self._chunk_length
+        # Rows of the memory: `update_every` episodes, or one rollout of each agent.
+        self._memory_rows = num_agents if self._rollout_length else config.update_every
         template = {
-            "observ": (observ_shape, tf.float32),
+            "observ": (observ_shape, stored_dtype),
             "action": (action_shape, batch_env.action.dtype),
             "reward": ((), tf.float32),
         }
@@ -127,11 +139,15 @@ class OnPolicyAlgorithm:
             template["state"] = ((self._state_size,), tf.float32)
         for key, shape in self._param_shapes.items():
             template["policy_" + key] = (shape, tf.float32)
+        if self._rollout_length:
+            # What a step's value target needs when its episode ends there, or the rollout.
+            template.update(next_observ=template["observ"], done=((), tf.bool),
+                            terminated=((), tf.bool))
         with tf.name_scope(self.name):
-            self._episodes = EpisodeMemory(
+            self._episodes = None if self._rollout_length else EpisodeMemory(
                 template, num_agents, self._memory_length, "episodes")
             self._memory = EpisodeMemory(
-                template, config.update_every, self._memory_length, "memory")
+                template, self._memory_rows, self._memory_length, "memory")
             # Recurrent state of each agent, and the state its last action was taken in.
             self._state = tf.Variable(
                 tf.zeros((num_agents, self._state_size)), trainable=False, name="state")
@@ -144,11 +160,12 @@ class OnPolicyAlgorithm:
             # Normalized final observation and terminal flag of each agent's episode, and
             # of each episode in the memory: what the value bootstraps from.
             self._episode_final = tf.Variable(
-                tf.zeros((num_agents,) + observ_shape), trainable=False, name="episode_final")
+                tf.zeros((num_agents,) + observ_shape, stored_dtype), trainable=False,
+                name="episode_final")
             self._episode_terminated = tf.Variable(
                 tf.zeros([num_agents], tf.bool), trainable=False, name="episode_terminated")
             self._memory_final = tf.Variable(
-                tf.zeros((config.update_every,) + observ_shape), trainable=False,
+                tf.zeros((config.update_every,) + observ_shape, stored_dtype), trainable=False,
                 name="memory_final")
             self._memory_terminated = tf.Variable(
                 tf.zeros([config.update_every], tf.bool), trainable=False,
@@ -194,7 +211,7 @@ class OnPolicyAlgorithm:
         exactly (`batchrl.Agent.save`); the Loop does without (every phase begins new
         episodes)."""
         return {
-            "episodes": self._episodes,
+            **({} if self._episodes is None else {"episodes": self._episodes}),
             "memory": self._memory,
             "memory_final": self._memory_final,
             "memory_terminated": self._memory_terminated,
@@ -230,17 +247,25 @@ class OnPolicyAlgorithm:
         Returns:
           `(action, state)`: `[n, *action_shape]` and the next recurrent states.
         """
-        normalized = self._observ_filter.transform(observ)
+        normalized = self._normalized(observ)
         params, state = self._networks.policy(normalized[:, None], state)
         distribution = self._distribution({key: value[:, 0] for key, value in params.items()})
         action = distribution.mode() if generator is None else distribution.sample(generator)
         return action, state
 
+    def _normalized(self, observ):
+        """Observations as the networks and the memory take them: normalized float32
+        (`_observ_filter`), or raw observations in their own dtype (`_raw_observ`)."""
+        return observ if self._raw_observ else self._observ_filter.transform(observ)
+
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents
-        (int32 `[n]`)."""
+        (int32 `[n]`); with `rollout_length`, marks the last stored step of their rollouts
+        as the end of an episode (`_cut_rollouts`), as the episode in progress there is
+        cut short when a phase begins new episodes."""
         rows = tf.cast(agent_indices, tf.int32)[:, None]
-        cleared = [self._episodes.clear(agent_indices),
+        cleared = [self._cut_rollouts(agent_indices) if self._rollout_length
+                   else self._episodes.clear(agent_indices),
                    self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))]
         if self._recurrent:
             zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
@@ -262,7 +287,7 @@ class OnPolicyAlgorithm:
         """
         with tf.name_scope("perform"):
             agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._observ_filter.transform(observ)
+            normalized = self._normalized(observ)
             state = tf.gather(self._state, agent_indices)
             params, new_state = self._networks.policy(normalized[:, None], state)
             params = {key: value[:, 0] for key, value in params.items()}
@@ -290,30 +315,48 @@ class OnPolicyAlgorithm:
           observ: float32 `[n, *observation_shape]`, the observation the action was taken in.
           action: `[n, *action_shape]`.
           reward: float32 `[n]`.
-          done: bool `[n]` (unused: terminal states are read from the environment).
+          done: bool `[n]`, the step ended the episode (stored with `rollout_length`;
+            terminal states are read from the environment).
           nextob: float32 `[n, *observation_shape]`, the observation after the step.
         """
-        del done
         return tf.cond(
             tf.convert_to_tensor(self._is_training),
-            lambda: self._record(agent_indices, observ, action, reward, nextob),
+            lambda: self._record(agent_indices, observ, action, reward, done, nextob),
             lambda: tf.constant(False))
 
-    def _record(self, agent_indices, observ, action, reward, nextob):
+    def _cut_rollouts(self, agent_indices):
+        """Sets `done` at the last stored step of the given agents' rollouts (if any): the
+        value of the observation after it (`next_observ`) bootstraps the cut episode."""
+        rows = tf.cast(agent_indices, tf.int32)
+        length = tf.gather(self._memory.length, rows)
+        stored = tf.boolean_mask(tf.stack([rows, length - 1], 1), length > 0)
+        done = self._memory.fields["done"]
+        return done.scatter_nd_update(stored, tf.ones([tf.shape(stored)[0]], tf.bool))
+
+    def _record(self, agent_indices, observ, action, reward, done, nextob):
         with tf.name_scope("experience"):
             agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._observ_filter.transform(observ)
-            normalized_next = self._observ_filter.transform(nextob)
+            normalized = self._normalized(observ)
+            normalized_next = self._normalized(nextob)
             rows = agent_indices[:, None]
             with tf.control_dependencies([normalized, normalized_next]):
-                statistics = [self._observ_filter.update(observ),
-                              self._reward_filter.update(self._reward_statistic(rows, reward))]
+                statistics = [self._reward_filter.update(self._reward_statistic(rows, reward))]
+                if not self._raw_observ:
+                    statistics.append(self._observ_filter.update(observ))
             transition = {"observ": normalized, "action": action, "reward": reward}
             if self._recurrent:
                 transition["state"] = tf.gather(self._last_state, agent_indices)
             for key in self._param_shapes:
                 transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
             terminated = tf.gather(self._batch_env.terminated, agent_indices)
+            if self._rollout_length:
+                transition.update(next_observ=normalized_next, done=done,
+                                  terminated=terminated)
+                with tf.control_dependencies(statistics):
+                    stored = self._memory.append(transition, agent_indices)
+                with tf.control_dependencies([stored]):
+                    full = tf.reduce_all(self._memory.length >= self._rollout_length)
+                    return tf.cond(full, self._train, lambda: tf.constant(False))
             stored = [
                 self._episodes.append(transition, agent_indices),
                 self._episode_final.scatter_nd_update(rows, normalized_next),
@@ -331,7 +374,10 @@ class OnPolicyAlgorithm:
 
     def end_episodes(self, agent_indices):
         """Moves the finished episodes of the given agents into the memory while training,
-        and trains once the memory holds `update_every` episodes."""
+        and trains once the memory holds `update_every` episodes; with `rollout_length`,
+        does nothing (`experience` stores the steps and trains)."""
+        if self._rollout_length:
+            return tf.constant(False)
         return tf.cond(
             tf.convert_to_tensor(self._is_training),
             lambda: self._store(agent_indices),
@@ -402,14 +448,20 @@ class OnPolicyAlgorithm:
         episodes, length = self._memory.data()
         mask = advantage_lib.sequence_mask(length, self._memory_length)
         observ = episodes["observ"]
-        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
         batch = {
             "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
             "reward": advantage_lib.masked(
                 self._reward_filter.transform(episodes["reward"]), mask),
             "value": advantage_lib.masked(self._value(observ), mask),
-            "bootstrap": self._value(self._memory_final[:, None])[:, 0] * not_terminal,
         }
+        if self._rollout_length:
+            batch.update(next_value=advantage_lib.masked(
+                self._value(episodes["next_observ"]), mask),
+                done=episodes["done"], terminated=episodes["terminated"])
+        else:
+            not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
+            batch["bootstrap"] = (self._value(self._memory_final[:, None])[:, 0]
+                                  * not_terminal)
         for key in self._param_shapes:
             batch["policy_" + key] = episodes["policy_" + key]
         if self._recurrent:
@@ -473,7 +525,7 @@ class OnPolicyAlgorithm:
 
     def _replay(self, observ):
         """The current policy's parameters on whole episodes of the memory, replayed from
-        the zero state; dict of `[update_every, memory_length, ...]`."""
+        the zero state; dict of `[memory_rows, memory_length, ...]`."""
         params, _ = self._networks.policy(
-            observ, tf.zeros([self._config.update_every, self._state_size]))
+            observ, tf.zeros([self._memory_rows, self._state_size]))
         return params

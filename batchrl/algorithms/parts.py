@@ -36,7 +36,13 @@ def gae(batch, *, discount, gae_lambda):
     """`(advantage, returns)`: the GAE(lambda) advantages of the batch's episodes and the
     lambda-returns A_t + V(s_t) (Schulman et al., arXiv:1506.02438, eq. 16), both float32
     `[episodes, time]` and 0 beyond each episode's length; from the batch's `reward`,
-    `value`, `bootstrap` and `length` (`advantage.generalized_advantage`)."""
+    `value`, `bootstrap` and `length` (`advantage.generalized_advantage`), or for a memory
+    of fixed-length rollouts (`rollout_length`), from its `reward`, `value`, `next_value`,
+    `terminated`, `done` and `length` (`advantage.rollout_advantage`)."""
+    if "next_value" in batch:
+        return advantage_lib.rollout_advantage(
+            batch["reward"], batch["value"], batch["next_value"], batch["terminated"],
+            batch["done"], batch["length"], discount, gae_lambda)
     return advantage_lib.generalized_advantage(
         batch["reward"], batch["value"], batch["bootstrap"], batch["length"], discount,
         gae_lambda)

@@ -7,6 +7,15 @@ import tensorflow as tf
 from batchrl.tools.numpy_function import keep_python_thread_state, skip_needless_output_conversions
 
 
+def observation_dtype(observation_space):
+    """The dtype in which a batch holds observations of the `Box` `observation_space`:
+    uint8 for a uint8 or bool `Box` (images and binary frames stay a byte an element, in the
+    batch and in the memories; the networks convert them), float32 for any other."""
+    if np.dtype(observation_space.dtype) in (np.uint8, np.bool_):
+        return tf.uint8
+    return tf.float32
+
+
 class BatchVariables:
     """The variables that hold the current step of a batch of `batch` environments with the
     given spaces, as `InGraphBatchEnv` documents them (`observ`, `action`, `reward`, `done`,
@@ -28,9 +37,10 @@ class BatchVariables:
             raise ValueError(
                 f"unsupported action space {action_space}: need a Box or a Discrete")
         self.observ_shape = tuple(observation_space.shape)
+        self.observ_dtype = observation_dtype(observation_space)
         with tf.name_scope("environment"):
             self.observ = tf.Variable(
-                tf.zeros((batch,) + self.observ_shape, tf.float32), trainable=False,
+                tf.zeros((batch,) + self.observ_shape, self.observ_dtype), trainable=False,
                 name="observ")
             self.action = tf.Variable(
                 tf.zeros((batch,) + action_shape, action_dtype), trainable=False, name="action")
@@ -78,8 +88,9 @@ class InGraphBatchEnv(BatchVariablesView):
     The current batch lives in non-trainable variables, all with a leading batch dimension
     `B = len(batch_env)`:
 
-    - `observ`: float32 `[B, *observation_shape]`, the latest observation of each agent
-      (after an episode ended, its final observation until the agent is reset);
+    - `observ`: `[B, *observation_shape]`, the latest observation of each agent (after an
+      episode ended, its final observation until the agent is reset): uint8 for a uint8
+      or bool observation space (`observation_dtype`), float32 for any other;
     - `action`: the latest action, float32 `[B, *action_shape]` for a `Box` action space,
       int32 `[B]` for `Discrete`;
     - `reward`: float32 `[B]`, the reward of the latest step;
@@ -112,6 +123,7 @@ class InGraphBatchEnv(BatchVariablesView):
         batch = len(batch_env)
         variables = BatchVariables(batch, batch_env.observation_space, batch_env.action_space)
         self._observ_shape = variables.observ_shape
+        self._observ_dtype = variables.observ_dtype.as_numpy_dtype
         self._hold(variables)
         self._interrupted = None
         if getattr(batch_env, "interrupted", None) is not None:
@@ -155,7 +167,7 @@ class InGraphBatchEnv(BatchVariablesView):
         elif action.shape != self._action.shape:
             raise ValueError(f"action of shape {action.shape}, expected {self._action.shape}")
         observ, scalars = tf.numpy_function(
-            self._step, [action], [tf.float32, tf.float32], name="step")
+            self._step, [action], [self._observ.dtype, tf.float32], name="step")
         # `_step` returns exactly these shapes (it checks them): declared, not checked again
         # at run time.
         batch = len(self)
@@ -186,13 +198,13 @@ class InGraphBatchEnv(BatchVariablesView):
           indices: int32 tensor `[n]` of batch indices, or None for all.
 
         Returns:
-          float32 tensor `[n, *observation_shape]`, the new observations, available once the
-          variables are assigned.
+          tensor `[n, *observation_shape]` of the dtype of `observ`, the new observations,
+          available once the variables are assigned.
         """
         if indices is None:
             indices = tf.range(len(self))
         indices = tf.cast(indices, tf.int32)
-        observ = tf.numpy_function(self._reset, [indices], tf.float32, name="reset")
+        observ = tf.numpy_function(self._reset, [indices], self._observ.dtype, name="reset")
         observ = tf.ensure_shape(observ, (None,) + self._observ_shape)
         count = tf.shape(indices)[0]
         assigns = [
@@ -218,7 +230,8 @@ class InGraphBatchEnv(BatchVariablesView):
         return self._error
 
     def _step(self, action):
-        """Steps the batch; returns the observation float32 `[B, *observation_shape]` and
+        """Steps the batch; returns the observation `[B, *observation_shape]` (the dtype of
+        `observ`) and
         float32 `[B, 3]` holding the reward, terminated and done (terminated or truncated)
         columns, the flags 0 or 1 (`[B, 4]` with the batch's `interrupted` flags as a fourth
         column when they are tracked).
@@ -233,7 +246,7 @@ class InGraphBatchEnv(BatchVariablesView):
         except Exception as error:
             self._error = error
             raise
-        observ = np.asarray(observ, np.float32)
+        observ = np.asarray(observ, self._observ_dtype)
         shapes = (observ.shape, np.shape(reward), np.shape(terminated), np.shape(truncated))
         if shapes != self._step_shapes:  # The graph declares these shapes without checking.
             names = ("observation", "reward", "terminated", "truncated")
@@ -259,4 +272,4 @@ class InGraphBatchEnv(BatchVariablesView):
         except Exception as error:
             self._error = error
             raise
-        return np.asarray(observ, np.float32)
+        return np.asarray(observ, self._observ_dtype)

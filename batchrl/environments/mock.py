@@ -15,8 +15,9 @@ class MockEnvironment(gymnasium.Env):
     (length, observations, rewards) repeatable. The last step of an episode returns
     `terminated=True` (or `truncated=True` with `truncate=True`).
 
-    Observations are float32 arrays of shape `observ_shape` uniform in [-1, 1); rewards are
-    Python floats uniform in [-1, 1).
+    Observations are float32 arrays of shape `observ_shape` uniform in [-1, 1) (uint8
+    arrays uniform in [0, 255] with `observ_dtype=np.uint8`, as images); rewards are Python
+    floats uniform in [-1, 1).
 
     Attributes:
       steps: list of int, the number of steps taken in each episode so far (one entry per
@@ -29,14 +30,19 @@ class MockEnvironment(gymnasium.Env):
       min_duration: int >= 1, the shortest episode length in steps.
       max_duration: int >= min_duration, the longest episode length in steps.
       truncate: end episodes with `truncated=True` instead of `terminated=True`.
+      observ_dtype: `np.float32` or `np.uint8`.
+      num_actions: None for a `Box` action space of `action_shape`, or n for `Discrete(n)`
+        (then `action_shape` must be `()`).
 
     Raises:
-      ValueError: `min_duration < 1` or `max_duration < min_duration`.
+      ValueError: `min_duration < 1` or `max_duration < min_duration`; another
+        `observ_dtype`; `num_actions` with a non-empty `action_shape`.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, observ_shape, action_shape, min_duration, max_duration, truncate=False):
+    def __init__(self, observ_shape, action_shape, min_duration, max_duration, truncate=False,
+                 observ_dtype=np.float32, num_actions=None):
         if int(min_duration) < 1 or int(max_duration) < int(min_duration):
             raise ValueError(
                 f"need 1 <= min_duration <= max_duration, got min_duration={min_duration}, "
@@ -47,8 +53,18 @@ class MockEnvironment(gymnasium.Env):
         self._min_duration = int(min_duration)
         self._max_duration = int(max_duration)
         self._truncate = bool(truncate)
-        self.observation_space = spaces.Box(-1.0, 1.0, self._observ_shape, np.float32)
-        self.action_space = spaces.Box(-1.0, 1.0, self._action_shape, np.float32)
+        if np.dtype(observ_dtype) == np.uint8:
+            self.observation_space = spaces.Box(0, 255, self._observ_shape, np.uint8)
+        elif np.dtype(observ_dtype) == np.float32:
+            self.observation_space = spaces.Box(-1.0, 1.0, self._observ_shape, np.float32)
+        else:
+            raise ValueError(f"observ_dtype must be float32 or uint8, got {observ_dtype}")
+        if num_actions is None:
+            self.action_space = spaces.Box(-1.0, 1.0, self._action_shape, np.float32)
+        elif self._action_shape:
+            raise ValueError(f"num_actions needs action_shape (), got {self._action_shape}")
+        else:
+            self.action_space = spaces.Discrete(int(num_actions))
         self.render_mode = None
         self.steps = []
         self.durations = []
@@ -99,4 +115,6 @@ class MockEnvironment(gymnasium.Env):
         return self._observation(), reward, terminated, truncated, {}
 
     def _observation(self):
+        if self.observation_space.dtype == np.uint8:
+            return self.np_random.integers(0, 256, self._observ_shape, dtype=np.uint8)
         return self.np_random.uniform(-1.0, 1.0, self._observ_shape).astype(np.float32)

@@ -506,9 +506,11 @@ def standard_wrappers(env, max_episode_steps=None):
       `FlattenObservation` (`Discrete` leaves one-hot) checked leaf by leaf and cast to
       float32; it declares a `FlatObservationSpace`, which tells the observation normalizer
       which elements come from `Box` leaves.
-    - `Box` observation space of another dtype than float32:
+    - `Box` observation space of a dtype other than float32 and uint8:
       `DtypeObservation(env, np.float32)`, so observations are float32 arrays of the
-      observation space's shape.
+      observation space's shape; a bool `Box` (binary frames) becomes uint8 instead.
+      Observations of a uint8 `Box` (images) stay uint8, a byte an element in the batch
+      and the memories (`batchrl.environments.in_graph.observation_dtype`).
 
     Args:
       env: a `gymnasium.Env`.
@@ -552,11 +554,12 @@ def standard_wrappers(env, max_episode_steps=None):
         env = nested.UnflattenAction(env)
     if not isinstance(observation_space, spaces.Box):
         env = nested.FlatObservation(env)
-    elif observation_space.dtype != np.float32:
+    elif observation_space.dtype not in (np.float32, np.uint8):
+        dtype = np.uint8 if observation_space.dtype == np.bool_ else np.float32
         with warnings.catch_warnings():
             # Lowering the precision of the bounds is the point here.
             warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
-            env = gymnasium.wrappers.DtypeObservation(env, np.float32)
+            env = gymnasium.wrappers.DtypeObservation(env, dtype)
     return env
 
 

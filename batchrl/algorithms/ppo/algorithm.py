@@ -71,7 +71,7 @@ class PPO(OnPolicyAlgorithm):
         "update_epochs", "chunk_length", "batch_size", "policy_lr", "value_lr",
         "gae_lambda", "kl_target", "kl_cutoff_factor", "kl_cutoff_coef", "kl_init_penalty",
         "max_gradient_norm", "kl_reference", "jit_update", "entropy_coef", "lr_schedule",
-        "kl_schedule", "normalize_value"}
+        "kl_schedule", "normalize_value", "rollout_length"}
     histograms = ("advantage", "action")
     # The least fraction of `kl_target` that `kl_schedule: linear` decays to.
     kl_target_floor = 0.1
@@ -115,7 +115,7 @@ class PPO(OnPolicyAlgorithm):
         behaviour_params = {key: batch["policy_" + key] for key in self._param_shapes}
         behaviour = self._distribution(behaviour_params)
         state = batch["state"] if self._recurrent else tf.zeros(
-            [config.update_every, self._memory_length, 0])
+            [self._memory_rows, self._memory_length, 0])
         if config.kl_reference == "update_start":
             # The paper's pi_old: the policy before this update, on the same observations
             # and from the same states as the policy steps.
@@ -194,7 +194,7 @@ class PPO(OnPolicyAlgorithm):
             return self._replay(observ)
         chunks = self._chunks({"observ": observ, "state": state})
         params, _ = self._networks.policy(chunks["observ"], chunks["state"][:, 0])
-        episodes = [self._config.update_every, self._memory_length]
+        episodes = [self._memory_rows, self._memory_length]
         return {key: tf.reshape(value, tf.concat([episodes, tf.shape(value)[2:]], 0))
                 for key, value in params.items()}
 
@@ -217,7 +217,7 @@ class PPO(OnPolicyAlgorithm):
           the mean gradient norms.
         """
         config = self._config
-        capacity = config.update_every * (self._memory_length // self._chunk_length)
+        capacity = self._memory_rows * (self._memory_length // self._chunk_length)
         batch = min(config.batch_size or capacity, capacity)
         valid = tf.reduce_sum(chunks["mask"], 1) > 0
         count = tf.reduce_sum(tf.cast(valid, tf.int32))

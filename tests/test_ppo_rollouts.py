@@ -1,0 +1,108 @@
+"""PPO on fixed-length rollouts (`rollout_length`) and on image observations kept as uint8,
+inside `simulate`, on MockEnvironment batches."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs, networks
+from batchrl.algorithms.ppo import PPO
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.tools.simulate import simulate
+
+CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "flatten"},
+        {"type": "dense", "units": 16}]
+
+
+def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
+    kwargs = {}
+    if len(observ_shape) == 3:
+        kwargs = {"observ_dtype": np.uint8, "num_actions": 3}
+        overrides = {"network": CONV, "preprocessing": [{"type": "scale"}],
+                     "normalize_observ": False, **overrides}
+    envs = [MockEnvironment(observ_shape, () if kwargs else (2,), low, high,
+                            truncate=truncate, **kwargs)
+            for low, high in durations]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
+                                      "update_epochs": 2, "rollout_length": 8, **overrides})
+    config.update(network=networks.constructor(config.network), max_length=20)
+    algo = PPO(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+               tf.Variable(False), config)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    return batch_env, algo, run
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_rollouts_hold_each_agents_steps_across_its_episode_ends(truncate):
+    batch_env, algo, run = _setup([(3, 3), (5, 5)], truncate=truncate,
+                                  normalize_observ=False)
+    finals = []
+    for _ in range(7):
+        run(False, False)
+        finals.append(batch_env.observ.numpy().copy())
+    memory = algo._memory.fields
+    np.testing.assert_array_equal(algo._memory.length.numpy(), [7, 7])
+    done = memory["done"].numpy()[:, :7]
+    np.testing.assert_array_equal(done[0], [0, 0, 1, 0, 0, 1, 0])
+    np.testing.assert_array_equal(done[1], [0, 0, 0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(memory["terminated"].numpy()[:, :7], done & (not truncate))
+    # The observation after each step: the final one where an episode ended, the next
+    # step's observation elsewhere.
+    next_observ, observ = memory["next_observ"].numpy(), memory["observ"].numpy()
+    np.testing.assert_array_equal(next_observ[:, :7], np.stack(finals, 1))
+    np.testing.assert_array_equal(next_observ[0, [0, 1, 3, 4]], observ[0, [1, 2, 4, 5]])
+    assert not np.allclose(observ[0, 3], next_observ[0, 2])  # A new episode began.
+
+
+def test_the_update_runs_once_every_agent_filled_its_rollout():
+    _, algo, run = _setup([(3, 3), (5, 5)])
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    for _ in range(7):
+        run(False, False)
+    unchanged = algo.networks.policy.trainable_variables
+    assert all(np.array_equal(a, b.numpy()) for a, b in zip(before, unchanged, strict=True))
+    run(False, False)  # The 8th step fills both rows: the update runs and empties them.
+    np.testing.assert_array_equal(algo._memory.length.numpy(), [0, 0])
+    after = algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
+def test_a_forced_reset_ends_the_cut_episode_as_truncated():
+    _, algo, run = _setup([(10, 10), (10, 10)])
+    for _ in range(3):
+        run(False, False)
+    run(False, True)  # A new phase: every agent begins a new episode.
+    memory = algo._memory.fields
+    np.testing.assert_array_equal(memory["done"].numpy()[:, :4], [[0, 0, 1, 0]] * 2)
+    np.testing.assert_array_equal(memory["terminated"].numpy()[:, :4], 0)
+
+
+@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (9, 9, 3)])
+def test_trains_without_crash_on_observation_shapes(observ_shape):
+    batch_env, algo, run = _setup([(1, 12), (3, 5), (2, 9)], observ_shape, chunk_length=1,
+                                  batch_size=5)
+    image = len(observ_shape) == 3
+    assert batch_env.observ.dtype == (tf.uint8 if image else tf.float32)
+    assert algo._memory.fields["observ"].dtype == (tf.uint8 if image else tf.float32)
+    before = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
+    for _ in range(20):
+        done, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    after = algo.networks.value.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+    if image:  # Raw frames: nothing went through the observation normalizer.
+        assert int(algo.checkpoint_state["observ_filter"].count) == 0
+
+
+def test_rollouts_refuse_a_recurrent_policy():
+    with pytest.raises(ValueError, match="rollout_length needs a feed-forward policy"):
+        _setup([(3, 3)], network="recurrent_gaussian")
