@@ -1,11 +1,14 @@
 """Building the environments of a config. Free of TensorFlow: worker processes import it.
 
 The config key `env` is either a Gymnasium id (`Pendulum-v1`), made with `gymnasium.make`,
-or `module:attribute` naming a class or function that returns a `gymnasium.Env`; either is
-called with the keyword arguments `env_kwargs`. A `module:attribute` may also name an
-in-graph batch environment class (`batchrl.envs:Pendulum`, marked by a true class attribute
-`in_graph`): the whole batch is then one object built in this process, in TensorFlow, and
-`gymnasium_id` names its Gymnasium equivalent (its time limit, its rendering).
+or `module:attribute` naming a class or function that returns a `gymnasium.Env`, or
+`module:ID` naming a module that registers the Gymnasium id `ID` when imported
+(`batchrl.environments.minatar:MinAtar/Breakout-v1`; Gymnasium's own convention, for ids
+that are not Python names); each is called with the keyword arguments `env_kwargs`. A
+`module:attribute` may also name an in-graph batch environment class
+(`batchrl.envs:Pendulum`, marked by a true class attribute `in_graph`): the whole batch
+is then one object built in this process, in TensorFlow, and `gymnasium_id` names its
+Gymnasium equivalent (its time limit, its rendering).
 The config key `env_backend` says where the environments step: `local` (a `BatchEnv` in
 this process), `processes` (a `ParallelBatchEnv` of worker processes), `ray` (a
 `batchrl.environments.ray.driver.RayBatchEnv` of Ray actors, which imports Ray when it is built), or
@@ -51,14 +54,38 @@ def _check_envpool_task(task):
         raise ConfigError(f"config key 'env': {error}") from None
 
 
-def _resolve(env):
-    """The callable named by `module:attribute`; raises ConfigError naming what is missing."""
-    module_name, _, attribute = env.partition(":")
+def _import(module_name):
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as error:
         raise ConfigError(f"config key 'env': cannot import module {module_name!r} "
                           f"({error})") from None
+
+
+def registered_id(env):
+    """The Gymnasium id of a `module:ID` env (an `ID` that is not a Python name) after
+    importing the module that registers it; None for any other env.
+
+    Raises:
+      ConfigError: the module cannot be imported, or does not register `ID` (the message
+        names close registered ids).
+    """
+    module_name, _, name = env.partition(":")
+    if not name or name.isidentifier() or envpool_task(env) is not None:
+        return None
+    _import(module_name)
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.5)
+        hint = f"; close matches: {', '.join(close)}" if close else ""
+        raise ConfigError(f"config key 'env': module {module_name!r} registers no Gymnasium "
+                          f"environment {name!r}{hint}")
+    return name
+
+
+def _resolve(env):
+    """The callable named by `module:attribute`; raises ConfigError naming what is missing."""
+    module_name, _, attribute = env.partition(":")
+    module = _import(module_name)
     constructor = getattr(module, attribute, None)
     if not callable(constructor):
         raise ConfigError(f"config key 'env': module {module_name!r} has no class or "
@@ -72,6 +99,8 @@ def check_env_id(env):
     (naming close task ids)."""
     if envpool_task(env) is not None:
         _check_envpool_task(envpool_task(env))
+        return
+    if registered_id(env) is not None:
         return
     if ":" in env:
         _resolve(env)
@@ -123,7 +152,7 @@ def native_class(env):
 
     Imports the module of a `module:attribute` (TensorFlow for `batchrl.envs`).
     """
-    if ":" not in env or envpool_task(env) is not None:
+    if ":" not in env or envpool_task(env) is not None or registered_id(env) is not None:
         return None
     constructor = _resolve(env)
     return constructor if getattr(constructor, "in_graph", False) is True else None
@@ -155,7 +184,7 @@ def episode_limit(config):
         return envpool_settings(config)[1]
     if config.max_length:
         return config.max_length
-    env = gymnasium_id(config.env)
+    env = registered_id(config.env) or gymnasium_id(config.env)
     limit = None if ":" in env else gym.spec(env).max_episode_steps
     if not limit:
         raise ConfigError(
@@ -208,10 +237,10 @@ def create(env, max_episode_steps=None, render_mode=None, kwargs=None):
     kwargs = dict(kwargs or {})
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
-    if ":" in env:
+    if ":" in env and registered_id(env) is None:
         instance = _resolve(env)(**kwargs)
     else:
-        instance = gym.make(env, **kwargs)
+        instance = gym.make(env, **kwargs)  # Imports the module of a `module:ID`.
     return standard_wrappers(instance, max_episode_steps)
 
 
