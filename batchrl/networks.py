@@ -163,7 +163,9 @@ class CategoricalPolicy(keras.Model):
     """Feed-forward policy over `n` discrete actions: logits from a ReLU MLP.
 
     The logits layer is initialized small (`init_mean_factor`), so the initial policy is
-    close to uniform.
+    close to uniform. With `action_mask`, the logits of the actions the observation's mask
+    forbids are -1e9: probability 0 (exactly, in float32) when acting, sampling and in the
+    loss, while log-probabilities, entropies and KL divergences stay finite.
 
     Args:
       num_actions: number of discrete actions.
@@ -171,21 +173,30 @@ class CategoricalPolicy(keras.Model):
       init_mean_factor: scale of the variance-scaling initializer of the logits layer.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
+      action_mask: None, or `(offset, num_actions)`: the mask's elements in the flat
+        observation (`batchrl.tools.nested.FlatObservationSpace.action_mask`), 1 for the
+        actions that may be taken.
     """
 
     def __init__(self, num_actions, units, init_mean_factor, activation="relu",
-                 orthogonal=False, name="policy", hidden=None):
+                 orthogonal=False, name="policy", hidden=None, action_mask=None):
         super().__init__(name=name)
         self._hidden = hidden if hidden is not None else _MLP(
             units, activation, orthogonal, name="hidden")
         self._logits = keras.layers.Dense(
             num_actions, kernel_initializer=keras.initializers.VarianceScaling(
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
+        self._action_mask = action_mask
 
     state_size = 0
 
     def call(self, observ, state):
-        return {"logits": self._logits(self._hidden(observ))}, state
+        logits = self._logits(self._hidden(observ))
+        if self._action_mask is not None:
+            offset, size = self._action_mask
+            allowed = tf.cast(observ, tf.float32)[..., offset:offset + size] > 0.5
+            logits = tf.where(allowed, logits, -1e9)
+        return {"logits": logits}, state
 
 
 class _CategoricalHead(keras.layers.Layer):
@@ -330,7 +341,8 @@ def feed_forward_categorical(observation_space, action_space, config):
             f"network feed_forward_categorical needs a Discrete action space starting at 0, "
             f"got {action_space}")
     policy = CategoricalPolicy(int(action_space.n), config.policy_layers,
-                               config.init_mean_factor, **_hidden(config))
+                               config.init_mean_factor, **_hidden(config),
+                               action_mask=_action_mask(observation_space, action_space))
     return _built(policy, _value(config), Categorical, observation_space)
 
 
@@ -414,7 +426,8 @@ def declared(observation_space, action_space, config, layers):
         return _built(policy, value, DiagonalGaussian, observation_space)
     if isinstance(action_space, gym.spaces.Discrete) and action_space.start == 0:
         policy = CategoricalPolicy(int(action_space.n), None, config.init_mean_factor,
-                                   hidden=torso())
+                                   hidden=torso(),
+                                   action_mask=_action_mask(observation_space, action_space))
         return _built(policy, value, Categorical, observation_space)
     heads, distribution = _composite(action_space)
     policy = CompositePolicy(heads, None, config.init_std, config.init_mean_factor,
@@ -428,6 +441,19 @@ def constructor(network):
     if isinstance(network, list):
         return functools.partial(declared, layers=network)
     return NETWORKS[network]
+
+
+def _action_mask(observation_space, action_space):
+    """`(offset, size)` of the observation's action mask for `CategoricalPolicy`, or None.
+
+    Raises:
+      ValueError: the mask's size is not the number of actions.
+    """
+    mask = getattr(observation_space, "action_mask", None)
+    if mask is not None and mask[1] != action_space.n:
+        raise ValueError(f"the observation's action_mask has {mask[1]} elements, the "
+                         f"Discrete action space {action_space.n} actions")
+    return mask
 
 
 def _hidden(config):
@@ -450,6 +476,10 @@ def _check_box(action_space, name):
 
 
 def _built(policy, value, distribution, observation_space):
+    if (getattr(observation_space, "action_mask", None) is not None
+            and not isinstance(policy, CategoricalPolicy)):
+        raise ValueError("the observation's action_mask needs a Discrete action space (a "
+                         "categorical policy), which masks its logits")
     dummy = np.zeros((1, 1) + observation_space.shape, np.float32)
     policy(dummy, np.zeros((1, policy.state_size), np.float32))
     value(dummy)

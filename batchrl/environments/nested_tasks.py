@@ -103,3 +103,56 @@ class ReachAndChoose(gym.Env):
             column, row = ((np.clip(point, -2.0, 2.0) + 2.0) / 4.0 * (size - 9) + 4).astype(int)
             frame[size - 1 - row - 1:size - row + 1, column - 1:column + 2] = color
         return frame
+
+
+class MaskedChoice(gym.Env):
+    """Choose the most valuable of the actions a mask allows: a test task of action masking.
+
+    Each step shows `n` values `v` uniform in [0, 1] and a mask `m` of the actions that may
+    be taken (each allowed with probability 1/2, at least one): observation
+    `{"action_mask": m, "values": v}` (`MultiBinary(n)`, `Box(0, 1, (n,))`). The action is
+    an index in `Discrete(n)`; its reward is `v[a]`, at most 1. Taking a forbidden action
+    raises `ValueError`, so that a run which completes took none; `masked_actions` counts
+    them when `strict` is False (reward -1). Choosing uniformly among the allowed actions
+    earns 0.5 a step, always taking the best allowed one about 0.73 (n = 5). Episodes never
+    terminate; give them a time limit (`max_length`).
+
+    Args:
+      n: the number of actions.
+      strict: raise on a forbidden action, else count it.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, n=5, strict=True):
+        self.observation_space = spaces.Dict({
+            "action_mask": spaces.MultiBinary(n),
+            "values": spaces.Box(0.0, 1.0, (n,), np.float32)})
+        self.action_space = spaces.Discrete(n)
+        self._n = n
+        self._strict = strict
+        self.masked_actions = 0
+        self._observation = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):
+        action = int(action)
+        if not self._observation["action_mask"][action]:
+            if self._strict:
+                raise ValueError(f"action {action} is masked out by "
+                                 f"{self._observation['action_mask'].tolist()}")
+            self.masked_actions += 1
+            reward = -1.0
+        else:
+            reward = float(self._observation["values"][action])
+        return self._draw(), reward, False, False, {}
+
+    def _draw(self):
+        mask = (self.np_random.random(self._n) < 0.5).astype(np.int8)
+        mask[self.np_random.integers(self._n)] = 1
+        values = self.np_random.random(self._n).astype(np.float32)
+        self._observation = {"action_mask": mask, "values": values}
+        return self._observation

@@ -25,6 +25,8 @@ __all__ = ["FlatActionSpace", "FlatObservation", "FlatObservationSpace", "Unflat
            "normalized_elements"]
 
 LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+# The `Dict` entry of an observation that says which actions may be taken (1) and which not.
+ACTION_MASK = "action_mask"
 
 Leaf = collections.namedtuple("Leaf", "path, space, offset, size")
 Leaf.__doc__ = """One leaf of a nested space and where it lies in the flat vector.
@@ -95,7 +97,10 @@ class FlatObservationSpace(spaces.Box):
     Attributes:
       space: the nested space.
       normalize: bool `[size]`, the elements that come from `Box` leaves (to be normalized);
-        one-hot and binary elements are False.
+        one-hot and binary elements, and those of an action mask, are False.
+      action_mask: `(offset, size)` of the elements of the `Dict` entry `"action_mask"` (a
+        `MultiBinary(n)` or a `Box` of n elements in [0, 1]: 1 where an action may be
+        taken), or None when there is none; the policy masks its logits with it.
 
     Equal to another `FlatObservationSpace` of an equal nested space only.
 
@@ -110,8 +115,15 @@ class FlatObservationSpace(spaces.Box):
                          dtype=np.float32)
         self.space = space
         self.normalize = np.concatenate([
-            np.full(spaces.flatdim(leaf), isinstance(leaf, spaces.Box))
-            for _, leaf in leaves(space)])
+            np.full(spaces.flatdim(leaf), isinstance(leaf, spaces.Box)
+                    and path != (ACTION_MASK,))
+            for path, leaf in leaves(space)])
+        self.action_mask = None
+        offset = 0
+        for path, leaf in leaves(space):
+            if path == (ACTION_MASK,):
+                self.action_mask = (offset, spaces.flatdim(leaf))
+            offset += spaces.flatdim(leaf)
 
     def __eq__(self, other):
         return (isinstance(other, FlatObservationSpace) and super().__eq__(other)

@@ -1,0 +1,89 @@
+"""Action masking: a `Dict` observation's `action_mask` entry masks the logits of a
+`Discrete` action when acting, in the loss and in the exported model."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import batchrl
+from batchrl import configs, networks
+from batchrl.environments.nested_tasks import MaskedChoice
+from batchrl.tools.nested import FlatObservationSpace
+
+SPACE = gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(4),
+                         "position": gym.spaces.Box(-5.0, 5.0, (3,), np.float32)})
+
+
+def _policy(network="feed_forward_categorical", actions=4):
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
+                                      "network": network})
+    flat = FlatObservationSpace(SPACE)
+    return networks.constructor(config.network)(flat, gym.spaces.Discrete(actions), config)
+
+
+def test_the_mask_is_located_in_the_flat_observation_and_never_normalized():
+    flat = FlatObservationSpace(SPACE)
+    assert flat.action_mask == (0, 4)  # Gymnasium sorts a Dict's keys.
+    np.testing.assert_array_equal(flat.normalize, [False] * 4 + [True] * 3)
+    assert FlatObservationSpace(gym.spaces.Dict({"position": SPACE["position"]})).action_mask \
+        is None
+
+
+@pytest.mark.parametrize("network", [
+    "feed_forward_categorical", [{"type": "dense", "units": 16}]])
+def test_masked_actions_are_never_sampled_and_the_rest_keep_all_the_probability(network):
+    built = _policy(network)
+    masks = np.array([[1, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 0]], np.float32)
+    observ = np.concatenate([masks, np.random.default_rng(0).normal(size=(3, 3))], 1)
+    params, _ = built.policy(observ[:, None].astype(np.float32), np.zeros((3, 0), np.float32))
+    distribution = built.distribution({key: value[:, 0] for key, value in params.items()})
+    draws = tf.stack([distribution.sample(tf.random.Generator.from_seed(seed))
+                      for seed in range(2000)]).numpy()
+    assert masks[np.arange(3), draws].all(), "a masked action was sampled"
+    for row in range(3):  # Every allowed action is drawn: the mask removes only the others.
+        assert set(np.unique(draws[:, row])) == set(np.flatnonzero(masks[row]))
+    assert masks[np.arange(3), distribution.mode().numpy()].all()
+    log_prob = np.stack([distribution.log_prob(tf.fill([3], action)).numpy()
+                         for action in range(4)], 1)
+    np.testing.assert_allclose(np.exp(log_prob).sum(1), 1.0, rtol=1e-5)
+    assert np.isfinite(log_prob).all() and np.isfinite(distribution.entropy().numpy()).all()
+    np.testing.assert_array_equal(np.exp(log_prob)[masks == 0], 0.0)
+
+
+def test_a_mask_that_does_not_fit_the_actions_is_an_error():
+    with pytest.raises(ValueError, match="action_mask has 4 elements, the Discrete action "
+                                         "space 5 actions"):
+        _policy(actions=5)
+
+
+def test_a_mask_with_a_box_action_space_is_an_error():
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16]})
+    with pytest.raises(ValueError, match="action_mask needs a Discrete action space"):
+        networks.feed_forward_gaussian(FlatObservationSpace(SPACE),
+                                       gym.spaces.Box(-1, 1, (4,), np.float32), config)
+
+
+def test_the_agent_and_its_exported_model_never_take_a_masked_action(tmp_path):
+    env = MaskedChoice(n=4)
+    agent = batchrl.Agent.create(
+        "masked_choice", env.observation_space, env.action_space, num_envs=8, seed=0,
+        update_every=4, update_epochs=2)
+    envs = [MaskedChoice(n=4) for _ in range(8)]
+    observations = [e.reset(seed=index)[0] for index, e in enumerate(envs)]
+    for step in range(60):  # Strict environments: a masked action raises.
+        batch = {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+        action = agent.act(batch)
+        results = [e.step(a) for e, a in zip(envs, action, strict=True)]
+        observations = [r[0] for r in results]
+        agent.observe([r[1] for r in results], np.zeros(8, bool),
+                      np.full(8, step % 20 == 19))
+    batch = {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+    expected = agent.act(batch, deterministic=True)
+    assert batch["action_mask"][np.arange(8), expected].all()
+    model = tf.saved_model.load(str(agent.export(tmp_path / "model")))
+    served = model.signatures["serving_default"](
+        observation_action_mask=tf.constant(batch["action_mask"]),
+        observation_values=tf.constant(batch["values"]))["action"].numpy()
+    np.testing.assert_array_equal(served, expected)
+    agent.close()
