@@ -87,7 +87,7 @@ def check(config):
     Raises:
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
         episode length limit, `jit_step` with an environment stepped outside TensorFlow, or
-        `preprocessing` with a preset network.
+        `preprocessing` or `share_layers` with a preset network.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -100,10 +100,11 @@ def check(config):
         raise configs.ConfigError(
             f"unknown network {config.network!r} (config key 'network'); "
             f"choices: {', '.join(sorted(NETWORKS))}, or a list of layers")
-    if config.preprocessing and not declared:
-        raise configs.ConfigError(
-            f"config key 'preprocessing' needs a network of declared layers (network: a "
-            f"list of layers), not the preset {config.network!r}")
+    for key in ("preprocessing", "share_layers"):
+        if config[key] and not declared:
+            raise configs.ConfigError(
+                f"config key {key!r} needs a network of declared layers (network: a list "
+                f"of layers), not the preset {config.network!r}")
     environments.episode_limit(config)
     algorithm_class(config)
 

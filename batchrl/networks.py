@@ -401,22 +401,28 @@ def _composite(action_space):
 
 def declared(observation_space, action_space, config, layers):
     """Policy and value networks of declared layers: each has its own `batchrl.torso.Torso`
-    of `layers` after the config's `preprocessing`, then the head the action space calls
-    for: Gaussian (as `GaussianPolicy`) for a one-dimensional `Box`, categorical logits (as
+    of `layers` after the config's `preprocessing` (with `share_layers`, both have the same
+    one, which both networks' losses train), then the head the action space calls for:
+    Gaussian (as `GaussianPolicy`) for a one-dimensional `Box`, categorical logits (as
     `CategoricalPolicy`) for a `Discrete` starting at 0, one head per leaf (as
     `CompositePolicy`) for a `MultiDiscrete`, a `MultiBinary` or a nested action space; the
     value network a linear output.
 
-    Config keys: `preprocessing`, `init_std`, `init_mean_factor`, and `activation` and
-    `orthogonal_init` as the layers' defaults.
+    Config keys: `preprocessing`, `share_layers`, `init_std`, `init_mean_factor`, and
+    `activation` and `orthogonal_init` as the layers' defaults.
 
     Raises:
       ValueError: a layer or a preprocessing step that does not fit the observation
         (`Torso`), or an action space none of the heads takes.
     """
-    def torso():
+    def new_torso():
         return Torso(layers, config.preprocessing, observation_space,
                      config.activation, config.orthogonal_init)
+
+    shared = new_torso() if config.share_layers else None
+
+    def torso():
+        return shared if shared is not None else new_torso()
 
     value = ValueNetwork(None, hidden=torso())
     if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1

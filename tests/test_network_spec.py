@@ -153,3 +153,28 @@ def test_a_conv_network_checkpoint_restores_every_weight(tmp_path):
     empty = np.zeros((2, 0), np.float32)
     np.testing.assert_array_equal(restored.policy(frames, empty)[0]["logits"].numpy(),
                                   saved.policy(frames, empty)[0]["logits"].numpy())
+
+
+def test_shared_layers_are_one_copy_in_both_networks():
+    from batchrl import networks
+
+    def build(share):
+        config = configs.load("default", {"network": CONV, "share_layers": share})
+        return networks.constructor(config.network)(_image(), gym.spaces.Discrete(4), config)
+
+    shared, separate = build(True), build(False)
+    assert shared.policy._hidden is shared.value._hidden
+    common = {id(v) for v in shared.policy.trainable_variables} & {
+        id(v) for v in shared.value.trainable_variables}
+    assert len(common) == 4  # The conv and dense kernels and biases.
+    assert not {id(v) for v in separate.policy.trainable_variables} & {
+        id(v) for v in separate.value.trainable_variables}
+
+
+def test_preprocessing_and_shared_layers_need_declared_layers():
+    from batchrl import build
+
+    for key, value in (("preprocessing", [{"type": "scale"}]), ("share_layers", True)):
+        config = configs.load("cartpole", {key: value})
+        with pytest.raises(configs.ConfigError, match=f"'{key}' needs a network of declared"):
+            build.check(config)
