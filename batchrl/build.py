@@ -95,11 +95,11 @@ def check(config):
             f"config key 'jit_step' needs an in-graph environment of batchrl.envs (e.g. "
             f"batchrl.envs:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
             f"which XLA cannot compile")
-    declared = isinstance(config.network, list)
+    declared = isinstance(config.network, list | dict)
     if not declared and config.network not in NETWORKS:
         raise configs.ConfigError(
             f"unknown network {config.network!r} (config key 'network'); "
-            f"choices: {', '.join(sorted(NETWORKS))}, or a list of layers")
+            f"choices: {', '.join(sorted(NETWORKS))}, or declared layers")
     for key in ("preprocessing", "share_layers"):
         if config[key] and not declared:
             raise configs.ConfigError(
@@ -163,8 +163,10 @@ def build(config, batch_env, process_eager=True):
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
             raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None
-        name = "a list of layers" if isinstance(config.network, list) else repr(config.network)
-        raise configs.ConfigError(f"config key 'network' is {name}: {error}") from None
+        if isinstance(config.network, list | dict):
+            raise configs.ConfigError(f"config key 'network': {error}") from None
+        raise configs.ConfigError(
+            f"config key 'network' is {config.network!r}: {error}") from None
     finally:
         random.setstate(python_random)
     checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)

@@ -118,8 +118,8 @@ def _check_value(key, value, default):
         return _check_optimizer(key, value)
     if key == "algorithm":
         return _check_algorithm(value)
-    if key == "network" and isinstance(value, list):
-        return network_spec.check_layers(value)
+    if key == "network" and isinstance(value, list | dict):
+        return network_spec.check_network(value)
     if key == "preprocessing":
         return network_spec.check_preprocessing(value)
     if value is None:

@@ -1,8 +1,14 @@
 """Declared networks and preprocessing: the checks of the config keys `network` (a list of
 layers) and `preprocessing` (a list of steps), free of TensorFlow so that configs load fast.
 
-A layer or a step is a mapping with a `type` and that type's keys; `check_layers` and
-`check_preprocessing` fill in the defaults and return the lists that `batchrl.torso` builds.
+A layer or a step is a mapping with a `type` and that type's keys; `check_network` and
+`check_preprocessing` fill in the defaults and return what `batchrl.torso` builds.
+
+For a `Dict` observation, `network` may instead be a mapping
+`{leaves: {KEY: [layers], ...}, merge: concatenate, layers: [layers]}`: each listed entry of
+the observation (a key of the `Dict`) goes through its own layers, the others enter as
+they are (flattened), all are concatenated in the observation's order, then `layers`
+follow (may be empty); and `preprocessing` a mapping `{KEY: [steps]}`.
 
 Layers (applied to one step's observation after the preprocessing):
 - `dense`: `units`; `activation`, `initializer`.
@@ -53,12 +59,46 @@ PREPROCESSING = {
 _OPTIONAL_NONE = {"max_pool2d": ("stride",)}
 
 
-def check_layers(value, key="network"):
-    """The layer list of config key `key` with every layer's defaults filled in.
+MERGES = ("concatenate",)
+
+
+def check_network(value):
+    """The checked value of config key `network` when it declares layers: a list
+    (`check_layers`) or a mapping of `leaves`, `merge` and `layers` (see the module
+    docstring), with defaults filled in.
+
+    Raises:
+      ConfigError: as `check_layers`, naming the leaf; an unknown or missing key of the
+        mapping, or an unknown merge.
+    """
+    if not isinstance(value, dict):
+        return check_layers(value)
+    unknown = sorted(set(value) - {"leaves", "merge", "layers"})
+    if unknown:
+        raise ConfigError(f"config key 'network': unknown key {unknown[0]!r}; a network of "
+                          f"several inputs has leaves, merge and layers")
+    leaves = value.get("leaves")
+    if not isinstance(leaves, dict) or not leaves or not all(
+            isinstance(name, str) for name in leaves):
+        raise ConfigError(f"config key 'network': leaves must map observation keys to "
+                          f"layer lists, got {leaves!r}")
+    merge = value.get("merge", "concatenate")
+    if merge not in MERGES:
+        raise ConfigError(f"config key 'network': merge is {merge!r}; choices: "
+                          f"{', '.join(MERGES)}")
+    layers = value.get("layers", [])
+    return {"leaves": {name: check_layers(list_, f"config key 'network', leaf {name!r}")
+                       for name, list_ in leaves.items()},
+            "merge": merge,
+            "layers": check_layers(layers, "config key 'network', layers") if layers else []}
+
+
+def check_layers(value, where="config key 'network'"):
+    """A layer list with every layer's defaults filled in.
 
     Args:
       value: a list of mappings, each with `type` (a key of `LAYERS`) and that type's keys.
-      key: the config key, for the messages.
+      where: what the messages name it.
 
     Returns:
       list of dicts, each with `type` and all of its type's keys.
@@ -68,27 +108,30 @@ def check_layers(value, key="network"):
         required key; a value of the wrong type or range. The message names the layer by
         its position (from 1) and type.
     """
-    return _check_list(value, key, LAYERS, "layer")
+    return _check_list(value, where, LAYERS, "layer")
 
 
-def check_preprocessing(value, key="preprocessing"):
+def check_preprocessing(value, where="config key 'preprocessing'"):
     """The preprocessing list of config key `key` with defaults filled in (an empty list:
-    none). Raises `ConfigError` as `check_layers` does."""
+    none), or for a `Dict` observation a mapping of its keys to such lists. Raises
+    `ConfigError` as `check_layers` does."""
+    if isinstance(value, dict):
+        return {name: check_preprocessing(steps, f"{where}, leaf {name!r}")
+                for name, steps in value.items()}
     if value == []:
         return []
-    return _check_list(value, key, PREPROCESSING, "step")
+    return _check_list(value, where, PREPROCESSING, "step")
 
 
-def _check_list(value, key, types, noun):
+def _check_list(value, where, types, noun):
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"config key {key!r} must be a non-empty list of {noun}s (mappings "
-                          f"with a type), got {value!r}")
-    return [_check_item(item, index, key, types, noun)
+        raise ConfigError(f"{where} must be a non-empty list of {noun}s (mappings with a "
+                          f"type), got {value!r}")
+    return [_check_item(item, f"{where}, {noun} {index}", types)
             for index, item in enumerate(value, 1)]
 
 
-def _check_item(item, index, key, types, noun):
-    where = f"config key {key!r}, {noun} {index}"
+def _check_item(item, where, types):
     if not isinstance(item, dict) or not isinstance(item.get("type"), str):
         raise ConfigError(f"{where}: expected a mapping with a type (one of "
                           f"{', '.join(types)}), got {item!r}")

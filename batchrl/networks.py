@@ -1,5 +1,6 @@
 """Policy and value networks: presets selected by name with the config key `network`, or
-networks of declared layers (`network` a list of layers, `declared`).
+networks of declared layers (`network` a list of layers, or one list per observation leaf:
+`declared`).
 
 A network constructor is called as `constructor(observation_space, action_space, config)`
 and returns `Networks(policy, value, distribution)`:
@@ -443,8 +444,8 @@ def declared(observation_space, action_space, config, layers):
 
 def constructor(network):
     """The network constructor of config key `network`: a preset of `NETWORKS` by name, or
-    `declared` for a (checked) list of layers."""
-    if isinstance(network, list):
+    `declared` for (checked) declared layers: a list, or a mapping per observation leaf."""
+    if isinstance(network, list | dict):
         return functools.partial(declared, layers=network)
     return NETWORKS[network]
 

@@ -3,6 +3,7 @@ the declared layers (`batchrl.network_spec` checks both lists)."""
 
 import math
 
+import gymnasium as gym
 import keras
 import numpy as np
 import tensorflow as tf
@@ -63,14 +64,76 @@ def _needs_image(spec):
     return spec["type"] in ("conv2d", "max_pool2d", "grayscale", "resize", "crop")
 
 
+class _Chain(keras.layers.Layer):
+    """Preprocessing steps, then layers, on `[n, *shape]`, ending in float32 `[n, size]`
+    (`output_size`); built and checked on a zero input when constructed (see `Torso`).
+    `where` names it in the messages (e.g. "network leaf 'image'")."""
+
+    def __init__(self, layers, preprocessing, space, defaults, where="network", name="chain"):
+        super().__init__(name=name)
+        self._steps = [_preprocess(spec, space) for spec in preprocessing]
+        self._declared = [_layer(spec, defaults) for spec in layers]
+        for index, layer in enumerate(self._declared):  # Tracked for checkpoints.
+            setattr(self, f"_layer{index}", layer)
+        self._shape = tuple(space.shape)
+        self.output_size = self._check(layers, preprocessing, where)
+
+    def _check(self, layers, preprocessing, where):
+        value = tf.zeros((1,) + self._shape, tf.float32)
+        named = ([("preprocessing step", spec, step) for spec, step in zip(
+            preprocessing, self._steps, strict=True)]
+            + [("layer", spec, layer) for spec, layer in zip(
+                layers, self._declared, strict=True)])
+        counts = {}
+        for noun, spec, function in named:
+            counts[noun] = counts.get(noun, 0) + 1
+            shape = tuple(value.shape[1:])
+            name = f"{where} {noun} {counts[noun]} ({spec['type']})"
+            if _needs_image(spec) and len(shape) != 3:
+                raise ValueError(f"{name} needs an image [height, width, channels], got an "
+                                 f"input of shape {shape}")
+            if spec["type"] == "crop" and (spec["top"] + spec["height"] > shape[0]
+                                           or spec["left"] + spec["width"] > shape[1]):
+                raise ValueError(f"{name} reaches outside the image of shape {shape}")
+            try:
+                value = function(value)
+            except (ValueError, tf.errors.InvalidArgumentError) as error:
+                first = str(error).strip().splitlines()[0]
+                raise ValueError(f"{name} does not fit its input of shape {shape}: "
+                                 f"{first}") from None
+            if 0 in tuple(value.shape[1:]):
+                raise ValueError(f"{name} leaves nothing of its input of shape {shape} "
+                                 f"(output {tuple(value.shape[1:])})")
+        if len(value.shape) != 2:
+            raise ValueError(f"{where}: the last layer gives shape {tuple(value.shape[1:])}; "
+                             f"end the list with a vector (a flatten, then dense layers)")
+        return int(value.shape[-1])
+
+    def call(self, value):
+        for step in self._steps:
+            value = step(value)
+        value = tf.cast(value, tf.float32)
+        for layer in self._declared:
+            value = layer(value)
+        return value
+
+
 class Torso(keras.layers.Layer):
     """Preprocessing and declared layers applied to each step: `[batch, time, *shape]` ->
     float32 `[batch, time, features]`.
 
+    For a list of layers, the observation goes through `preprocessing` and the layers. For
+    a mapping (`{leaves, merge, layers}`, a `Dict` observation flattened as
+    `batchrl.tools.nested.FlatObservationSpace`), each listed entry of the observation is
+    cut out of the flat vector, given its own shape, and goes through its preprocessing
+    (`preprocessing[KEY]`) and layers; the other entries stay flat; all are concatenated
+    in the observation's order and go through `layers`.
+
     Args:
-      layers: checked layer specs (`network_spec.check_layers`).
-      preprocessing: checked preprocessing steps (`network_spec.check_preprocessing`).
-      observation_space: the `Box` of one observation (its shape; its bound for `scale`).
+      layers: checked layers (`network_spec.check_network`).
+      preprocessing: checked preprocessing (`network_spec.check_preprocessing`).
+      observation_space: the `Box` of one observation (its shape; its bound for `scale`),
+        or the `FlatObservationSpace` of a `Dict`.
       activation: the default activation (config key `activation`).
       orthogonal: the default initializer is orthogonal (config key `orthogonal_init`),
         else Glorot uniform.
@@ -78,8 +141,9 @@ class Torso(keras.layers.Layer):
     Raises:
       ValueError: a layer or a step that does not fit the shape it receives (an image
         layer on a vector, a kernel larger than its input, a crop outside the image), or
-        layers that do not end in a vector; the message names the layer by position and
-        type.
+        layers that do not end in a vector; a mapping of leaves for an observation that is
+        not a `Dict`, or naming a key it does not have; preprocessing of another form than
+        the layers'. The message names the leaf, and the layer by position and type.
     """
 
     def __init__(self, layers, preprocessing, observation_space, activation="relu",
@@ -87,55 +151,71 @@ class Torso(keras.layers.Layer):
         super().__init__(name=name)
         defaults = {"activation": activation,
                     "initializer": "orthogonal" if orthogonal else "glorot_uniform"}
-        self._steps = [_preprocess(spec, observation_space) for spec in preprocessing]
-        self._declared = [_layer(spec, defaults) for spec in layers]
-        for index, layer in enumerate(self._declared):  # Tracked for checkpoints.
-            setattr(self, f"_layer{index}", layer)
         self._observ_shape = tuple(observation_space.shape)
-        self.output_size = self._check(layers, preprocessing)
+        if isinstance(layers, list):
+            if isinstance(preprocessing, dict):
+                raise ValueError("preprocessing maps observation keys to steps, but the "
+                                 "network is one list of layers: list the steps instead")
+            self._parts = None
+            self._merged = _Chain(layers, preprocessing, observation_space, defaults,
+                                  name="chain")
+        else:
+            self._parts = self._leaf_chains(layers, preprocessing, observation_space,
+                                            defaults)
+            size = sum(chain.output_size if chain else part_size
+                       for _, part_size, chain in self._parts)
+            merged_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+            self._merged = _Chain(layers["layers"], [], merged_space, defaults,
+                                  "network (after the merge)", name="merged")
+        self.output_size = self._merged.output_size
 
-    def _check(self, layers, preprocessing):
-        """Runs one zero observation through the steps and layers (building the layers);
-        returns the size of the output vector."""
-        value = tf.zeros((1,) + self._observ_shape, tf.float32)
-        named = ([("preprocessing step", spec, step) for spec, step in zip(
-            preprocessing, self._steps, strict=True)]
-            + [("network layer", spec, layer) for spec, layer in zip(
-                layers, self._declared, strict=True)])
-        counts = {}
-        for noun, spec, function in named:
-            counts[noun] = counts.get(noun, 0) + 1
-            shape = tuple(value.shape[1:])
-            where = f"{noun} {counts[noun]} ({spec['type']})"
-            if _needs_image(spec) and len(shape) != 3:
-                raise ValueError(f"{where} needs an image [height, width, channels], got an "
-                                 f"input of shape {shape}")
-            if spec["type"] == "crop" and (spec["top"] + spec["height"] > shape[0]
-                                           or spec["left"] + spec["width"] > shape[1]):
-                raise ValueError(f"{where} reaches outside the image of shape {shape}")
-            try:
-                value = function(value)
-            except (ValueError, tf.errors.InvalidArgumentError) as error:
-                first = str(error).strip().splitlines()[0]
-                raise ValueError(f"{where} does not fit its input of shape {shape}: "
-                                 f"{first}") from None
-            if 0 in tuple(value.shape[1:]):
-                raise ValueError(f"{where} leaves nothing of its input of shape {shape} "
-                                 f"(output {tuple(value.shape[1:])})")
-        if len(value.shape) != 2:
-            raise ValueError(f"the network's last layer gives shape {tuple(value.shape[1:])}; "
-                             f"end the list with a vector (a flatten, then dense layers)")
-        return int(value.shape[-1])
+    def _leaf_chains(self, layers, preprocessing, observation_space, defaults):
+        """`(offset, size, chain or None)` of each entry of the `Dict` observation."""
+        space = getattr(observation_space, "space", None)
+        if not isinstance(space, gym.spaces.Dict):
+            raise ValueError(f"network lists leaves ({', '.join(layers['leaves'])}), but the "
+                             f"observation space {observation_space} is not a Dict")
+        preprocessing = preprocessing or {}
+        if not isinstance(preprocessing, dict):
+            raise ValueError("the network lists leaves: give preprocessing per leaf too "
+                             "({KEY: [steps]})")
+        for what, names in (("network leaves", layers["leaves"]),
+                            ("preprocessing", preprocessing)):
+            unknown = sorted(set(names) - set(space.spaces))
+            if unknown:
+                raise ValueError(f"{what} name {unknown[0]!r}, which the observation does "
+                                 f"not have; its keys: {', '.join(space.spaces)}")
+        parts, offset = [], 0
+        for key, leaf in space.spaces.items():
+            size = gym.spaces.flatdim(leaf)
+            chain = None
+            if key in layers["leaves"]:
+                leaf_space = leaf if isinstance(leaf, gym.spaces.Box) else gym.spaces.Box(
+                    0.0, 1.0, (size,), np.float32)
+                chain = _Chain(layers["leaves"][key], preprocessing.get(key, []), leaf_space,
+                               defaults, f"network leaf {key!r}", name=f"leaf_{key}")
+                setattr(self, f"_leaf_{key}", chain)
+            elif key in preprocessing:
+                raise ValueError(f"preprocessing names {key!r}, which the network does not "
+                                 f"list among its leaves")
+            parts.append((offset, size, chain))
+            offset += size
+        return parts
 
     def call(self, observ):
         observ = tf.convert_to_tensor(observ)
         leading = tf.shape(observ)[:2]
-        hidden = tf.reshape(observ, (-1,) + self._observ_shape)
-        for step in self._steps:
-            hidden = step(hidden)
-        hidden = tf.cast(hidden, tf.float32)
-        for layer in self._declared:
-            hidden = layer(hidden)
+        flat = tf.reshape(observ, (-1,) + self._observ_shape)
+        if self._parts is None:
+            hidden = self._merged(flat)
+        else:
+            pieces = []
+            for offset, size, chain in self._parts:
+                piece = flat[:, offset:offset + size]
+                if chain is not None:
+                    piece = chain(tf.reshape(piece, (-1,) + chain._shape))
+                pieces.append(tf.cast(piece, tf.float32))
+            hidden = self._merged(tf.concat(pieces, -1))
         result = tf.reshape(hidden, tf.concat([leading, [self.output_size]], 0))
         result.set_shape(observ.shape[:2].concatenate([self.output_size]))
         return result

@@ -85,3 +85,12 @@ def test_ppo_learns_pendulum(tmp_path, normalize):
     else:
         np.testing.assert_array_equal(observ_filtered, observ.numpy())
         np.testing.assert_array_equal(reward_filtered, reward.numpy())
+
+
+@pytest.mark.parametrize("blank, reaches", [(None, True), ("image", False)])
+def test_the_multimodal_task_is_learned_only_with_both_entries(tmp_path, blank, reaches):
+    # One layer list per observation entry (a convolution on the image, a dense layer on
+    # the cue): 20 of 20 at 10k steps; with the image blanked, chance (about 10).
+    sets = ["steps=10000"] + ([f"env_kwargs={{blank: {blank}}}"] if blank else [])
+    _, score = _final_eval(tmp_path, "image_and_cue", sets)
+    assert (score >= 18) == reaches, score

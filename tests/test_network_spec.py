@@ -76,7 +76,7 @@ def test_the_config_keys_are_checked_when_the_config_loads():
 ])
 def test_each_layer_type_gives_its_output_shape(layers, shape):
     torso = _torso(layers + [{"type": "flatten"}])
-    layer = torso._declared[0]
+    layer = torso._merged._declared[0]
     assert tuple(layer.compute_output_shape((1, 10, 10, 3))[1:]) == shape
     assert torso.output_size == int(np.prod(shape))
     output = torso(np.zeros((2, 3, 10, 10, 3), np.uint8))
@@ -178,3 +178,68 @@ def test_preprocessing_and_shared_layers_need_declared_layers():
         config = configs.load("cartpole", {key: value})
         with pytest.raises(configs.ConfigError, match=f"'{key}' needs a network of declared"):
             build.check(config)
+
+
+DICT = gym.spaces.Dict({"cue": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                        "image": gym.spaces.Box(0, 255, (8, 8, 1), np.uint8),
+                        "kind": gym.spaces.Discrete(3)})
+LEAVES = {"leaves": {"image": [{"type": "conv2d", "filters": 4, "kernel": 3},
+                               {"type": "flatten"}, {"type": "dense", "units": 6}],
+                     "cue": [{"type": "dense", "units": 5}]},
+          "layers": [{"type": "dense", "units": 7}]}
+
+
+def _leaf_torso(network, preprocessing=None):
+    from batchrl.tools.nested import FlatObservationSpace
+
+    return Torso(network_spec.check_network(network),
+                 network_spec.check_preprocessing(preprocessing or {}),
+                 FlatObservationSpace(DICT))
+
+
+def test_each_listed_leaf_has_its_own_layers_before_the_merge():
+    torso = _leaf_torso(LEAVES, {"image": [{"type": "scale"}]})
+    assert torso.output_size == 7
+    sizes = [(size, chain.output_size if chain else None) for _, size, chain in torso._parts]
+    assert sizes == [(2, 5), (64, 6), (3, None)]  # "kind" enters one-hot, as it is.
+    assert torso._merged._declared[0].kernel.shape == (5 + 6 + 3, 7)
+    flat = np.zeros((2, 3, 2 + 64 + 3), np.float32)
+    assert torso(flat).shape == (2, 3, 7)
+    # The image leaf sees its own pixels, in its own shape: only they change its output.
+    image = torso._leaf_image
+    pixels = np.random.default_rng(0).integers(0, 256, (1, 8, 8, 1)).astype(np.float32)
+    flat[0, 0, 2:66] = pixels.reshape(-1)
+    np.testing.assert_allclose(torso(flat)[0, 0], torso._merged(tf.concat(
+        [tf.zeros([1, 5]), image(pixels), tf.zeros([1, 3])], -1))[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("network, preprocessing, message", [
+    ({**LEAVES, "leaves": {"cue": [{"type": "conv2d", "filters": 2, "kernel": 1}]}}, None,
+     r"network leaf 'cue' layer 1 \(conv2d\) needs an image"),
+    ({"leaves": {"sound": [{"type": "flatten"}]}}, None,
+     "network leaves name 'sound', which the observation does not have; its keys: cue, "
+     "image, kind"),
+    (LEAVES, {"kind": [{"type": "scale"}]},
+     "preprocessing names 'kind', which the network does not list among its leaves"),
+    (LEAVES, [{"type": "scale"}], "give preprocessing per leaf too"),
+])
+def test_leaves_that_do_not_fit_the_observation_are_named(network, preprocessing, message):
+    with pytest.raises(ValueError, match=message):
+        _leaf_torso(network, preprocessing)
+
+
+@pytest.mark.parametrize("network, message", [
+    ({"leaves": {"image": []}}, "config key 'network', leaf 'image' must be a non-empty list"),
+    ({"leaves": {"image": [{"type": "flatten"}]}, "merge": "add"}, "merge is 'add'"),
+    ({"leaves": {"image": [{"type": "flatten"}]}, "trunk": []}, "unknown key 'trunk'"),
+    ({"layers": [{"type": "flatten"}]}, "leaves must map observation keys"),
+])
+def test_a_bad_mapping_of_leaves_is_a_config_error(network, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        configs.load("default", {"network": network})
+
+
+def test_a_mapping_of_leaves_needs_a_dict_observation():
+    with pytest.raises(ValueError, match="network lists leaves .image, cue., but the "
+                                         "observation space .* is not a Dict"):
+        Torso(network_spec.check_network(LEAVES), [], _image())

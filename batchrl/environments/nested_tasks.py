@@ -156,3 +156,53 @@ class MaskedChoice(gym.Env):
         values = self.np_random.random(self._n).astype(np.float32)
         self._observation = {"action_mask": mask, "values": values}
         return self._observation
+
+
+class ImageAndCue(gym.Env):
+    """A multimodal test task: the reward needs both an image and a vector entry of the
+    observation, so that it is learned only by a network that reads both.
+
+    Each step shows an 8 x 8 grayscale image (uint8, `[8, 8, 1]`) that is dark but for one
+    bright pixel at a random place, and a cue `c` in {-1, 1} (`Box(-1, 1, (1,))`):
+    observation `{"cue": c, "image": image}`. The action is a side in `Discrete(2)`; the
+    reward is 1 when it is the bright pixel's side (0: its column < 4, else 1) for c = 1,
+    or the other side for c = -1, else 0. Each entry alone tells nothing about the right
+    side: 0.5 a step, 10 per 20-step episode; both: 20. With `blank`, that entry is always
+    zero (the rewards unchanged), for the test that the task needs it. Episodes never
+    terminate; give them a time limit (`max_length`).
+
+    Args:
+      blank: None, `"image"` or `"cue"`.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, blank=None):
+        if blank not in (None, "image", "cue"):
+            raise ValueError(f"blank must be None, 'image' or 'cue', got {blank!r}")
+        self.observation_space = spaces.Dict({
+            "cue": spaces.Box(-1.0, 1.0, (1,), np.float32),
+            "image": spaces.Box(0, 255, (8, 8, 1), np.uint8)})
+        self.action_space = spaces.Discrete(2)
+        self._blank = blank
+        self._answer = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._draw(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self._answer)
+        return self._draw(), reward, False, False, {}
+
+    def _draw(self):
+        row, column = self.np_random.integers(8, size=2)
+        cue = self.np_random.choice([-1.0, 1.0])
+        side = int(column >= 4)
+        self._answer = side if cue > 0 else 1 - side
+        image = np.zeros((8, 8, 1), np.uint8)
+        image[row, column] = 255
+        observation = {"cue": np.array([cue], np.float32), "image": image}
+        if self._blank is not None:
+            observation[self._blank] = np.zeros_like(observation[self._blank])
+        return observation
