@@ -30,6 +30,8 @@ Preprocessing steps (in the graph, before the layers; part of an exported model)
 - `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights).
 - `resize`: to `height` x `width` (bilinear).
 - `crop`: `top`, `left`, `height`, `width`.
+- `channels_last`: `[channels, h, w]` to `[h, w, channels]` (EnvPool's Atari frames are
+  `[4, 84, 84]`; the layers take channels last).
 """
 
 from batchrl.errors import ConfigError
@@ -54,6 +56,7 @@ PREPROCESSING = {
     "grayscale": {},
     "resize": {"height": None, "width": None},
     "crop": {"top": None, "left": None, "height": None, "width": None},
+    "channels_last": {},
 }
 # Keys whose None default means "derived" (max_pool2d's stride: its size).
 _OPTIONAL_NONE = {"max_pool2d": ("stride",)}

@@ -56,12 +56,15 @@ def _preprocess(spec, observation_space):
     if kind == "resize":
         size = (spec["height"], spec["width"])
         return lambda x: tf.image.resize(tf.cast(x, tf.float32), size)
+    if kind == "channels_last":
+        return lambda x: tf.transpose(x, [0, 2, 3, 1])
     top, left, height, width = (spec[key] for key in ("top", "left", "height", "width"))
     return lambda x: tf.cast(x[:, top:top + height, left:left + width], tf.float32)
 
 
 def _needs_image(spec):
-    return spec["type"] in ("conv2d", "max_pool2d", "grayscale", "resize", "crop")
+    return spec["type"] in ("conv2d", "max_pool2d", "grayscale", "resize", "crop",
+                            "channels_last")
 
 
 class _Chain(keras.layers.Layer):

@@ -148,3 +148,25 @@ def test_non_finite_value_and_ended_episodes_must_be_reset_before_stepping():
         *_, truncated, infos = batch_env.step(zeros)
         assert [info["elapsed_step"] for info in infos] == [1, 1, 1]  # Stepped, not reset.
         assert not truncated.any()
+
+
+def test_atari_frames_stay_uint8_through_the_batch_and_the_graph():
+    import tensorflow as tf
+
+    from batchrl.environments.in_graph import InGraphBatchEnv
+
+    batch = EnvPoolBatchEnv("Pong-v5", 2, num_threads=1, seed=0, max_episode_steps=50)
+    try:
+        assert batch.observation_space.dtype == np.uint8
+        assert batch.observation_space.shape == (4, 84, 84)
+        observ, _ = batch.reset(seed=0)
+        assert observ.dtype == np.uint8 and observ.shape == (2, 4, 84, 84)
+        observ, *_ = batch.step(np.array([0, 1]))
+        assert observ.dtype == np.uint8 and observ.max() > 0
+        in_graph = InGraphBatchEnv(batch)
+        assert in_graph.observ.dtype == tf.uint8
+        in_graph.reset()
+        in_graph.simulate(tf.constant([2, 3], tf.int32))
+        np.testing.assert_array_equal(in_graph.observ.numpy().shape, (2, 4, 84, 84))
+    finally:
+        batch.close()

@@ -243,3 +243,15 @@ def test_a_mapping_of_leaves_needs_a_dict_observation():
     with pytest.raises(ValueError, match="network lists leaves .image, cue., but the "
                                          "observation space .* is not a Dict"):
         Torso(network_spec.check_network(LEAVES), [], _image())
+
+
+def test_channels_last_puts_the_frames_of_envpool_atari_last():
+    torso = _torso([{"type": "conv2d", "filters": 2, "kernel": 8, "stride": 4},
+                    {"type": "flatten"}], [{"type": "channels_last"}, {"type": "scale"}],
+                   gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    assert torso._merged._declared[0].kernel.shape == (8, 8, 4, 2)  # 4 input channels.
+    frames = np.zeros((1, 1, 4, 84, 84), np.uint8)
+    frames[0, 0, 3] = 255  # Only the newest frame is lit.
+    conv = torso._merged._declared[0]
+    expected = conv(np.transpose(frames[0], (0, 2, 3, 1)).astype(np.float32) / 255.0)
+    np.testing.assert_allclose(torso(frames)[0, 0], tf.reshape(expected, [-1]), rtol=1e-5)

@@ -22,13 +22,14 @@ class BaseBatchEnv:
     - `_step(actions)`: steps every environment once with validated actions (an array of
       shape `[B, *action_shape]`, of a dtype that converts to the action space's dtype
       under NumPy's `same_kind` rule, each row within the action space as below); returns
-      `(observ, reward, terminated, truncated, infos)` with observ float32
-      `[B, *observation_shape]`, reward float32 `[B]`, terminated and truncated bool `[B]`,
-      and a sequence of `B` dicts;
+      `(observ, reward, terminated, truncated, infos)` with observ float32 (uint8 for
+      a uint8 observation space) `[B, *observation_shape]`, reward float32 `[B]`,
+      terminated and truncated bool `[B]`, and a sequence of `B` dicts;
     - `_reset(indices, seed)`: resets the environments at `indices` (a non-empty int64
       array `[n]` of distinct batch indices in `[0, B)`, in the caller's order; all of them
       for `reset()`), environment `i` with seed `seed + i` when `seed` is an int; returns
-      `(observ, infos)`, observ float32 `[n, *observation_shape]` in the order of `indices`;
+      `(observ, infos)`, observ float32 (or uint8) `[n, *observation_shape]` in the order
+      of `indices`;
     - `close()` and the `blocking` property;
     - optionally `_on_error(error, indices)`, what a non-finite result does (see there), and
       `_env_name(index)`, how error messages name an environment.

@@ -130,9 +130,11 @@ class EnvPoolBatchEnv(BaseBatchEnv):
       its `elapsed_step`); the step that ends an episode returns the episode's final
       observation;
     - observations are float32 (a `Dict` observation of a DeepMind Control task is
-      flattened: its arrays concatenated in key order); a `Box` action space with finite
-      bounds is declared as `Box(-1, 1)`, and actions are clipped to it and mapped linearly
-      onto the task's bounds (as `batchrl.environments.wrappers.standard_wrappers` does);
+      flattened: its arrays concatenated in key order), but for a uint8 `Box` (the frames
+      of an Atari task, `[4, 84, 84]` by default), which stay uint8; a `Box` action space
+      with finite bounds is declared as `Box(-1, 1)`, and actions are clipped to it and
+      mapped linearly onto the task's bounds (as
+      `batchrl.environments.wrappers.standard_wrappers` does);
     - NaN or infinite observations and rewards raise ValueError naming the environment.
 
     EnvPool seeds environment `i` with `seed + i` when it builds the pool; `reset(seed=s)`
@@ -290,7 +292,7 @@ class EnvPoolBatchEnv(BaseBatchEnv):
             observ = np.concatenate(
                 [np.reshape(observ[key], (len(observ[key]), -1)) for key in self._keys],
                 axis=1)
-        return np.asarray(observ, np.float32)[order]
+        return np.asarray(observ, self.observation_space.dtype)[order]
 
 
 @contextlib.contextmanager
@@ -311,8 +313,10 @@ def _order(info, indices):
 
 
 def _observation_space(space):
-    """The float32 `Box` of EnvPool's observation space and, for a `Dict`, its keys in the
-    order they are concatenated (None for a `Box`)."""
+    """The float32 `Box` of EnvPool's observation space (uint8 for a uint8 `Box`: frames)
+    and, for a `Dict`, its keys in the order they are concatenated (None for a `Box`)."""
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+        return spaces.Box(0, 255, space.shape, np.uint8), None
     if isinstance(space, spaces.Box):
         return spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32),
                           space.shape, np.float32), None
