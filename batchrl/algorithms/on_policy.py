@@ -84,7 +84,7 @@ class OnPolicyAlgorithm:
     config_keys = frozenset({
         "update_every", "discount", "normalize_observ", "normalize_reward", "observ_clip",
         "reward_clip", "reward_normalizer", "network", "init_std", "init_mean_factor",
-        "orthogonal_init", "preprocessing", "share_layers"})
+        "orthogonal_init"})
 
     def __init__(self, batch_env, step, is_training, should_log, config):
         self._batch_env = batch_env
