@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-_LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, as tf.image.rgb_to_grayscale.
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma weights.
 
 
 def _initializer(name):
@@ -43,7 +43,8 @@ def _layer(spec, defaults):
 
 
 def _preprocess(spec, observation_space):
-    """The function `[n, *shape] -> [n, *shape']` (float32) of one checked step."""
+    """The function `[n, *shape] -> [n, *shape']` of one checked step: float32, but
+    `channels_last` keeps its input's dtype (the layers receive float32 either way)."""
     kind = spec["type"]
     if kind == "scale":
         factor = spec["factor"]
