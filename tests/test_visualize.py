@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import imageio.v2 as imageio
+import numpy as np
 import pytest
 
 SHORT = ["--set", "steps=1000", "--set", "eval_every=1000", "--set", "num_agents=2",
@@ -181,3 +182,16 @@ def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
         frames = [frame for frame in reader]
     assert int(length) == len(frames) == 5
     assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.
+
+
+def test_small_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
+    from batchrl.scripts.visualize import video_frame
+
+    minatar = np.zeros((10, 10, 3), np.float64)
+    minatar[2, 3] = (1.0, 0.5, 0.0)
+    frame = video_frame(minatar)
+    assert frame.dtype == np.uint8 and frame.shape == (160, 160, 3)
+    np.testing.assert_array_equal(frame[32:48, 48:64], np.full((16, 16, 3), [255, 128, 0]))
+    assert frame[:32].max() == 0
+    pendulum = np.full((500, 500, 3), 7, np.uint8)
+    np.testing.assert_array_equal(video_frame(pendulum), pendulum)

@@ -36,6 +36,8 @@ import pathlib
 import sys
 import time
 
+import numpy as np
+
 from batchrl import configs
 from batchrl.scripts import quiet
 from batchrl.scripts.train import start_tensorflow
@@ -146,6 +148,25 @@ def _fps(env):
     return fps if fps else DEFAULT_FPS
 
 
+# The least side, in pixels, of a video frame: smaller renders (MinAtar's 10 x 10) are
+# enlarged by repeating each pixel.
+MIN_FRAME_SIZE = 160
+
+
+def video_frame(image):
+    """A rendered frame as the video takes it: uint8 `[h, w, 3]` (a float image in [0, 1]
+    scaled to 0–255, one in [0, 255] clipped), each pixel repeated so that its smaller side
+    has at least `MIN_FRAME_SIZE` pixels."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        scale = 255.0 if image.dtype.kind == "f" and image.max() <= 1.0 else 1.0
+        image = np.round(np.clip(image * scale, 0.0, 255.0)).astype(np.uint8)
+    factor = -(-MIN_FRAME_SIZE // min(image.shape[:2]))
+    if factor > 1:
+        image = np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
+    return image
+
+
 def _write_json(path, data):
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -234,7 +255,7 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
                     done, score = step_function(tf.constant(reset))
                     reset = False
                     done, score = bool(done.numpy()[0]), float(score.numpy()[0])
-                    writer.append_data(env.render())
+                    writer.append_data(video_frame(env.render()))
                     length += 1
                     bar.update(1)
                 writer.close()
