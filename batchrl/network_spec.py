@@ -20,6 +20,11 @@ Layers (applied to one step's observation after the preprocessing):
 - `layer_norm`: normalizes the last axis (Ba et al., arXiv:1607.06450), with a learned
   scale and offset.
 - `activation`: `function`.
+- `gru`, `lstm`: `units`; a recurrent layer over the steps of an episode (Cho et al.,
+  arXiv:1406.1078; Hochreiter and Schmidhuber 1997), the last of the list and the only
+  one. The policy keeps its state (LSTM: h and c side by side) per agent, zero when an
+  episode begins, and PPO trains it on chunks replayed from the stored states; the value
+  network stays feed-forward, with a dense layer of as many units in its place.
 `activation` is one of `ACTIVATIONS` (default: the config key `activation`); `initializer`
 of the kernels is `orthogonal` (gain sqrt 2, Saxe et al., arXiv:1312.6120), `glorot_uniform`
 or `he_uniform` (default: the config key `orthogonal_init` chooses the first or second).
@@ -50,7 +55,10 @@ LAYERS = {
     "flatten": {},
     "layer_norm": {},
     "activation": {"function": None},
+    "gru": {"units": None},
+    "lstm": {"units": None},
 }
+RECURRENT = ("gru", "lstm")
 PREPROCESSING = {
     "scale": {"factor": "space"},
     "grayscale": {},
@@ -90,8 +98,13 @@ def check_network(value):
         raise ConfigError(f"config key 'network': merge is {merge!r}; choices: "
                           f"{', '.join(MERGES)}")
     layers = value.get("layers", [])
-    return {"leaves": {name: check_layers(list_, f"config key 'network', leaf {name!r}")
-                       for name, list_ in leaves.items()},
+    checked = {name: check_layers(list_, f"config key 'network', leaf {name!r}")
+               for name, list_ in leaves.items()}
+    for name, list_ in checked.items():
+        if any(layer["type"] in RECURRENT for layer in list_):
+            raise ConfigError(f"config key 'network', leaf {name!r}: a recurrent layer goes "
+                              f"last in the layers after the merge, not in a leaf")
+    return {"leaves": checked,
             "merge": merge,
             "layers": check_layers(layers, "config key 'network', layers") if layers else []}
 
@@ -111,7 +124,13 @@ def check_layers(value, where="config key 'network'"):
         required key; a value of the wrong type or range. The message names the layer by
         its position (from 1) and type.
     """
-    return _check_list(value, where, LAYERS, "layer")
+    checked = _check_list(value, where, LAYERS, "layer")
+    recurrent = [index for index, layer in enumerate(checked, 1)
+                 if layer["type"] in RECURRENT]
+    if recurrent and recurrent != [len(checked)]:
+        raise ConfigError(f"{where}, layer {recurrent[0]} ({checked[recurrent[0] - 1]['type']}):"
+                          f" a recurrent layer must be the last of the list, and the only one")
+    return checked
 
 
 def check_preprocessing(value, where="config key 'preprocessing'"):

@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from batchrl import network_spec
 from batchrl.algorithms.distributions import (
     Bernoulli,
     Categorical,
@@ -37,9 +38,17 @@ from batchrl.algorithms.distributions import (
     MultiCategorical,
 )
 from batchrl.tools import nested
-from batchrl.torso import Torso
+from batchrl.torso import RecurrentTorso, Torso
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
+
+
+def _run_hidden(layer, observ, state):
+    """`(hidden, state)`: the hidden layer's output and the next recurrent state; a
+    feed-forward layer (no `state_size`) passes the state through."""
+    if getattr(layer, "state_size", 0):
+        return layer(observ, state)
+    return layer(observ), state
 
 
 def _tracked(owner, prefix, layers):
@@ -112,20 +121,22 @@ class GaussianPolicy(keras.Model):
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
       hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.torso.Torso`),
-        mapping `[batch, time, *observation_shape]` to `[batch, time, n]`.
+        mapping `[batch, time, *observation_shape]` to `[batch, time, n]`; or, with a
+        `state_size` (`batchrl.torso.RecurrentTorso`), `(observ, state)` to `(hidden,
+        state)`, which makes the policy recurrent (its `state_size`).
     """
-
-    state_size = 0
 
     def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
                  orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
         self._hidden = hidden if hidden is not None else _MLP(
             units, activation, orthogonal, name="hidden")
+        self.state_size = int(getattr(self._hidden, "state_size", 0))
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
     def call(self, observ, state):
-        return self._head(self._hidden(observ)), state
+        hidden, state = _run_hidden(self._hidden, observ, state)
+        return self._head(hidden), state
 
 
 class RecurrentGaussianPolicy(keras.Model):
@@ -184,15 +195,15 @@ class CategoricalPolicy(keras.Model):
         super().__init__(name=name)
         self._hidden = hidden if hidden is not None else _MLP(
             units, activation, orthogonal, name="hidden")
+        self.state_size = int(getattr(self._hidden, "state_size", 0))
         self._logits = keras.layers.Dense(
             num_actions, kernel_initializer=keras.initializers.VarianceScaling(
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
         self._action_mask = action_mask
 
-    state_size = 0
-
     def call(self, observ, state):
-        logits = self._logits(self._hidden(observ))
+        hidden, state = _run_hidden(self._hidden, observ, state)
+        logits = self._logits(hidden)
         if self._action_mask is not None:
             offset, size = self._action_mask
             allowed = tf.cast(observ, tf.float32)[..., offset:offset + size] > 0.5
@@ -253,8 +264,6 @@ class CompositePolicy(keras.Model):
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
     """
 
-    state_size = 0
-
     def __init__(self, heads, units, init_std, init_mean_factor, activation="relu",
                  orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
@@ -270,9 +279,10 @@ class CompositePolicy(keras.Model):
             else:
                 layers.append(_BernoulliHead(argument, init_mean_factor, name=name))
         self._heads = _tracked(self, "head", layers)
+        self.state_size = int(getattr(self._hidden, "state_size", 0))
 
     def call(self, observ, state):
-        hidden = self._hidden(observ)
+        hidden, state = _run_hidden(self._hidden, observ, state)
         params = {}
         for index, head in enumerate(self._heads):
             params.update({f"leaf{index}_{key}": value for key, value in head(hidden).items()})
@@ -407,25 +417,41 @@ def declared(observation_space, action_space, config, layers):
     Gaussian (as `GaussianPolicy`) for a one-dimensional `Box`, categorical logits (as
     `CategoricalPolicy`) for a `Discrete` starting at 0, one head per leaf (as
     `CompositePolicy`) for a `MultiDiscrete`, a `MultiBinary` or a nested action space; the
-    value network a linear output.
+    value network a linear output. A last `gru` or `lstm` layer makes the policy recurrent
+    (`batchrl.torso.RecurrentTorso`); the value network has a dense layer of as many units
+    in its place.
 
     Config keys: `preprocessing`, `share_layers`, `init_std`, `init_mean_factor`, and
     `activation` and `orthogonal_init` as the layers' defaults.
 
     Raises:
       ValueError: a layer or a preprocessing step that does not fit the observation
-        (`Torso`), or an action space none of the heads takes.
+        (`Torso`), an action space none of the heads takes, or `share_layers` with a
+        recurrent layer.
     """
-    def new_torso():
-        return Torso(layers, config.preprocessing, observation_space,
+    feed_forward, recurrent = _split_recurrent(layers)
+
+    def new_torso(listed):
+        return Torso(listed, config.preprocessing, observation_space,
                      config.activation, config.orthogonal_init)
 
-    shared = new_torso() if config.share_layers else None
+    if recurrent is not None:
+        if config.share_layers:
+            raise ValueError("share_layers needs feed-forward layers: the value network "
+                             "has no recurrent state")
+        value = ValueNetwork(None, hidden=new_torso(_with_last(
+            layers, {"type": "dense", "units": recurrent["units"],
+                     "activation": "config", "initializer": "config"})))
 
-    def torso():
-        return shared if shared is not None else new_torso()
+        def torso():
+            return RecurrentTorso(new_torso(feed_forward), recurrent)
+    else:
+        shared = new_torso(layers) if config.share_layers else None
 
-    value = ValueNetwork(None, hidden=torso())
+        def torso():
+            return shared if shared is not None else new_torso(layers)
+
+        value = ValueNetwork(None, hidden=torso())
     if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
             and not isinstance(action_space, nested.FlatActionSpace)):
         policy = GaussianPolicy(action_space.shape[0], None, config.init_std,
@@ -440,6 +466,23 @@ def declared(observation_space, action_space, config, layers):
     policy = CompositePolicy(heads, None, config.init_std, config.init_mean_factor,
                              hidden=torso())
     return _built(policy, value, distribution, observation_space)
+
+
+def _split_recurrent(layers):
+    """`(layers without a last recurrent layer, that layer or None)`, for a list or a
+    mapping of leaves (whose recurrent layer is the last of its `layers`)."""
+    listed = layers if isinstance(layers, list) else layers["layers"]
+    if not listed or listed[-1]["type"] not in network_spec.RECURRENT:
+        return layers, None
+    return _with_last(layers, None), listed[-1]
+
+
+def _with_last(layers, last):
+    """`layers` (a list, or a mapping of leaves) with the last of its (shared) list replaced
+    by `last`, or removed when `last` is None."""
+    listed = layers if isinstance(layers, list) else layers["layers"]
+    listed = listed[:-1] + ([] if last is None else [last])
+    return listed if isinstance(layers, list) else dict(layers, layers=listed)
 
 
 def constructor(network):

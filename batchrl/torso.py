@@ -223,3 +223,39 @@ class Torso(keras.layers.Layer):
         result = tf.reshape(hidden, tf.concat([leading, [self.output_size]], 0))
         result.set_shape(observ.shape[:2].concatenate([self.output_size]))
         return result
+
+
+class RecurrentTorso(keras.layers.Layer):
+    """A feed-forward `Torso`, then a recurrent layer over the time axis:
+    `(observ [batch, time, *shape], state [batch, state_size])` -> `(float32 [batch, time,
+    units], state)`.
+
+    Args:
+      torso: the `Torso` of the layers before the recurrent one.
+      spec: the checked `gru` or `lstm` layer (`network_spec.RECURRENT`).
+
+    Attributes:
+      state_size: `units` for a GRU; `2 * units` for an LSTM, whose state is its `h` and
+        `c` side by side.
+      output_size: `units`.
+    """
+
+    def __init__(self, torso, spec, name="hidden"):
+        super().__init__(name=name)
+        self._torso = torso
+        units = int(spec["units"])
+        self._lstm = spec["type"] == "lstm"
+        cell = keras.layers.LSTMCell(units) if self._lstm else keras.layers.GRUCell(units)
+        self._rnn = keras.layers.RNN(cell, return_sequences=True, return_state=True,
+                                     name=spec["type"])
+        self.state_size = 2 * units if self._lstm else units
+        self.output_size = units
+
+    def call(self, observ, state):
+        hidden = self._torso(observ)
+        if self._lstm:
+            h, c = tf.split(state, 2, axis=-1)
+            outputs, h, c = self._rnn(hidden, initial_state=[h, c])
+            return outputs, tf.concat([h, c], -1)
+        outputs, state = self._rnn(hidden, initial_state=state)
+        return outputs, state

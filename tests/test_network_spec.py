@@ -255,3 +255,41 @@ def test_channels_last_puts_the_frames_of_envpool_atari_last():
     conv = torso._merged._declared[0]
     expected = conv(np.transpose(frames[0], (0, 2, 3, 1)).astype(np.float32) / 255.0)
     np.testing.assert_allclose(torso(frames)[0, 0], tf.reshape(expected, [-1]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("network, message", [
+    ([{"type": "gru", "units": 4}, {"type": "dense", "units": 3}],
+     r"layer 1 \(gru\): a recurrent layer must be the last of the list, and the only one"),
+    ([{"type": "lstm", "units": 4}, {"type": "gru", "units": 3}], "layer 1 .lstm.: a recurrent"),
+    ({"leaves": {"image": [{"type": "flatten"}, {"type": "gru", "units": 3}]}},
+     "leaf 'image': a recurrent layer goes last in the layers after the merge"),
+])
+def test_a_misplaced_recurrent_layer_is_a_config_error(network, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        configs.load("default", {"network": network})
+
+
+def test_a_declared_recurrent_policy_keeps_its_state_and_exports_with_it(tmp_path):
+    import batchrl
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    with pytest.raises(configs.ConfigError, match="share_layers needs feed-forward layers"):
+        batchrl.Agent.create("default", space, gym.spaces.Discrete(2), num_envs=2,
+                             max_length=20, share_layers=True,
+                             network=[{"type": "dense", "units": 8},
+                                      {"type": "gru", "units": 5}])
+    agent = batchrl.Agent.create(
+        "default", space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), num_envs=2,
+        max_length=20, network=[{"type": "dense", "units": 8}, {"type": "lstm", "units": 5}])
+    observation = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
+    first = agent.act(observation, deterministic=True)
+    second = agent.act(observation, deterministic=True)
+    assert not np.allclose(first, second), "the same observation, another state"
+    model = tf.saved_model.load(str(agent.export(tmp_path / "model")))
+    serve = model.signatures["serving_default"]
+    state = tf.zeros([2, 10])  # An LSTM's h and c, 5 units each.
+    out = serve(observation=tf.constant(observation), state=state)
+    np.testing.assert_allclose(out["action"].numpy(), first, atol=1e-5)
+    again = serve(observation=tf.constant(observation), state=out["state"])
+    np.testing.assert_allclose(again["action"].numpy(), second, atol=1e-5)
+    agent.close()

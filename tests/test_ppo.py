@@ -137,6 +137,32 @@ def test_recurrent_policy_trains_on_chunks_without_crash():
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
 
 
+@pytest.mark.parametrize("kind, state_size", [("gru", 6), ("lstm", 12)])
+def test_declared_recurrent_layer_trains_on_chunks_from_stored_states(kind, state_size):
+    from batchrl import configs as configs_lib
+    from batchrl import networks
+
+    layers = configs_lib.load("default", {"network": [
+        {"type": "flatten"}, {"type": "dense", "units": 8}, {"type": kind, "units": 6}]}
+    ).network
+    _, algo, _, run = _setup(
+        (2, 3), [(3, 12), (5, 9), (2, 7)], network=networks.constructor(layers),
+        chunk_length=4, batch_size=2)
+    assert algo.state_size == state_size
+    # The value network is feed-forward: a dense layer of 6 units in the recurrent one's place.
+    assert not hasattr(algo.networks.value._hidden, "state_size")
+    assert algo.networks.value._hidden.output_size == 6
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    stored = []
+    for _ in range(50):
+        done, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+        stored.append(algo._last_state.numpy().copy())
+    assert np.abs(np.concatenate(stored)).max() > 0, "the state advanced"
+    after = algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
 def _fill_memory(algo, run, update_every):
     """Plays until the memory holds `update_every - 1` episodes (no update yet), then
     copies the first into the last row: a full memory that has not trained."""
