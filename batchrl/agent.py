@@ -425,11 +425,11 @@ class Agent:
 
     def export(self, directory, seed=0):
         """Writes the policy as a SavedModel for serving (`batchrl.export.export_policy`):
-        `serving_default` maps `observation` float32 `[None, *observation_shape]` to the
-        `action` that `act(observation, deterministic=True)` returns, `sample` to a sampled
-        one; a recurrent policy also takes and returns `state`; nested spaces have an input
-        per observation leaf and an output per action leaf. It loads with
-        `tf.saved_model.load` without batchrl.
+        `serving_default` maps `observation` float32 `[None, *observation_shape]` (uint8
+        for a uint8 or bool `Box`: frames) to the `action` that `act(observation,
+        deterministic=True)` returns, `sample` to a sampled one; a recurrent policy also
+        takes and returns `state`; nested spaces have an input per observation leaf and an
+        output per action leaf. It loads with `tf.saved_model.load` without batchrl.
 
         Returns:
           the directory, as given.

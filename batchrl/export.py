@@ -121,8 +121,9 @@ def export_policy(algo, observation_space, action_space, directory, seed=0):
     signatures take unnormalized observations (the observation normalizer is part of the
     model):
 
-    - `serving_default`: `observation` float32 `[None, *observation_shape]` -> `action`, the
-      mean (mode) action: float32 `[None, *action_shape]` within a bounded `Box`'s bounds,
+    - `serving_default`: `observation` float32 `[None, *observation_shape]` (uint8 for a
+      uint8 or bool `Box`: frames, with the preprocessing inside) -> `action`, the mean
+      (mode) action: float32 `[None, *action_shape]` within a bounded `Box`'s bounds,
       or int32 `[None]` for `Discrete`;
     - `sample`: the same, with a sampled action, drawn with TensorFlow's seeded random ops
       (seeded with `seed`; each call draws anew, and every process that loads the model
