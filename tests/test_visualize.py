@@ -184,7 +184,7 @@ def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
     assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.
 
 
-def test_small_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
+def test_tiny_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
     from batchrl.scripts.visualize import video_frame
 
     minatar = np.zeros((10, 10, 3), np.float64)
@@ -193,5 +193,6 @@ def test_small_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
     assert frame.dtype == np.uint8 and frame.shape == (160, 160, 3)
     np.testing.assert_array_equal(frame[32:48, 48:64], np.full((16, 16, 3), [255, 128, 0]))
     assert frame[:32].max() == 0
-    pendulum = np.full((500, 500, 3), 7, np.uint8)
-    np.testing.assert_array_equal(video_frame(pendulum), pendulum)
+    for shape in ((500, 500, 3), (64, 64, 3)):  # Pendulum's; ReachAndChoose's stays 64.
+        frame = np.full(shape, 7, np.uint8)
+        np.testing.assert_array_equal(video_frame(frame), frame)

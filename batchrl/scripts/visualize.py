@@ -148,21 +148,23 @@ def _fps(env):
     return fps if fps else DEFAULT_FPS
 
 
-# The least side, in pixels, of a video frame: smaller renders (MinAtar's 10 x 10) are
-# enlarged by repeating each pixel.
-MIN_FRAME_SIZE = 160
+# Renders with a side under TINY_FRAME pixels (MinAtar's 10 x 10) are enlarged, by
+# repeating each pixel, to at least ENLARGED_FRAME pixels a side.
+TINY_FRAME = 64
+ENLARGED_FRAME = 160
 
 
 def video_frame(image):
     """A rendered frame as the video takes it: uint8 `[h, w, 3]` (a float image in [0, 1]
-    scaled to 0–255, one in [0, 255] clipped), each pixel repeated so that its smaller side
-    has at least `MIN_FRAME_SIZE` pixels."""
+    scaled to 0–255, one in [0, 255] clipped); a tiny one (a side under `TINY_FRAME`
+    pixels) with each pixel repeated so that its smaller side has at least
+    `ENLARGED_FRAME` pixels."""
     image = np.asarray(image)
     if image.dtype != np.uint8:
         scale = 255.0 if image.dtype.kind == "f" and image.max() <= 1.0 else 1.0
         image = np.round(np.clip(image * scale, 0.0, 255.0)).astype(np.uint8)
-    factor = -(-MIN_FRAME_SIZE // min(image.shape[:2]))
-    if factor > 1:
+    if min(image.shape[:2]) < TINY_FRAME:
+        factor = -(-ENLARGED_FRAME // min(image.shape[:2]))
         image = np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
     return image
 
