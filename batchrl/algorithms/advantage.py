@@ -38,10 +38,17 @@ def importance_ratio(log_prob, old_log_prob, mask):
 
 
 def discounted_cumsum(values, factor):
-    """`out[:, t] = sum_k factor^k * values[:, t + k]`, along axis 1 of `[episodes, time]`."""
+    """`out[:, t] = values[:, t] + factor[:, t] * out[:, t + 1]` (0 after the last step),
+    along axis 1 of `[episodes, time]`: `sum_k factor^k * values[:, t + k]` for a scalar
+    `factor`; a float32 `[episodes, time]` factor may vary by step (0 stops the sum)."""
     time_major = tf.transpose(values)
-    summed = tf.scan(lambda following, current: current + factor * following, time_major,
-                     initializer=tf.zeros_like(time_major[0]), reverse=True)
+    if len(getattr(factor, "shape", ())) == 0:  # A Python number or a scalar tensor.
+        summed = tf.scan(lambda following, current: current + factor * following, time_major,
+                         initializer=tf.zeros_like(time_major[0]), reverse=True)
+    else:
+        summed = tf.scan(lambda following, current: current[0] + current[1] * following,
+                         (time_major, tf.transpose(factor)),
+                         initializer=tf.zeros_like(time_major[0]), reverse=True)
     return tf.transpose(summed)
 
 
@@ -121,9 +128,5 @@ def rollout_advantage(reward, value, next_value, terminated, done, length, disco
     not_terminated = 1.0 - tf.cast(terminated, tf.float32)
     delta = masked(reward + discount * not_terminated * after - value, mask)
     factor = discount * gae_lambda * (1.0 - tf.cast(done, tf.float32))
-    time_major = tf.transpose(tf.stack([delta, factor], -1), [1, 0, 2])
-    advantage = tf.scan(lambda following, current: current[:, 0] + current[:, 1] * following,
-                        time_major, initializer=tf.zeros_like(time_major[0, :, 0]),
-                        reverse=True)
-    advantage = tf.transpose(advantage)
+    advantage = discounted_cumsum(delta, factor)
     return advantage, masked(advantage + value, mask)
