@@ -18,7 +18,7 @@ from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
 from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.networks import NETWORKS, constructor
+from batchrl.networks import NETWORKS, constructor, is_declared
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
@@ -95,7 +95,7 @@ def check(config):
             f"config key 'jit_step' needs an in-graph environment of batchrl.envs (e.g. "
             f"batchrl.envs:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
             f"which XLA cannot compile")
-    declared = isinstance(config.network, list | dict)
+    declared = is_declared(config.network)
     if not declared and config.network not in NETWORKS:
         raise configs.ConfigError(
             f"unknown network {config.network!r} (config key 'network'); "
@@ -163,7 +163,7 @@ def build(config, batch_env, process_eager=True):
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
             raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None
-        if isinstance(config.network, list | dict):
+        if is_declared(config.network):
             raise configs.ConfigError(f"config key 'network': {error}") from None
         raise configs.ConfigError(
             f"config key 'network' is {config.network!r}: {error}") from None

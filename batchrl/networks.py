@@ -485,10 +485,16 @@ def _with_last(layers, last):
     return listed if isinstance(layers, list) else dict(layers, layers=listed)
 
 
+def is_declared(network):
+    """Whether config key `network` declares layers (a list, or a mapping of leaves) rather
+    than naming a preset."""
+    return isinstance(network, list | dict)
+
+
 def constructor(network):
     """The network constructor of config key `network`: a preset of `NETWORKS` by name, or
     `declared` for (checked) declared layers: a list, or a mapping per observation leaf."""
-    if isinstance(network, list | dict):
+    if is_declared(network):
         return functools.partial(declared, layers=network)
     return NETWORKS[network]
 
