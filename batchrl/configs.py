@@ -31,8 +31,8 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "updates_per_step", "n_step", "target_update_rate", "target_update_every",
              "init_temperature", "policy_delay", "rollout_length"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
-                 "inter_op_threads", "entropy_coef", "worker_restarts", "learning_starts",
-                 "target_noise", "target_noise_clip"}
+                 "inter_op_threads", "entropy_coef", "value_coef", "worker_restarts",
+                 "learning_starts", "target_noise", "target_noise_clip"}
 _UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads", "rollout_length"}

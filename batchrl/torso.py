@@ -1,6 +1,7 @@
 """The hidden part of a declared network: in-graph preprocessing of the observation, then
 the declared layers (`batchrl.network_spec` checks both lists)."""
 
+import contextlib
 import math
 
 import gymnasium as gym
@@ -172,6 +173,19 @@ class Torso(keras.layers.Layer):
             self._merged = _Chain(layers["layers"], [], merged_space, defaults,
                                   "network (after the merge)", name="merged")
         self.output_size = self._merged.output_size
+        self._outputs = _Outputs()
+
+    @contextlib.contextmanager
+    def reused(self):
+        """Within this context, a call on an observation tensor that an earlier call inside
+        it took returns that call's output: the policy and the value network of
+        `share_layers` then run the layers once (forward, and backward for one loss of
+        both), not once each."""
+        self._outputs.by_input = {}
+        try:
+            yield
+        finally:
+            self._outputs.by_input = None
 
     def _leaf_chains(self, layers, preprocessing, observation_space, defaults):
         """`(offset, size, chain or None)` of each entry of the `Dict` observation."""
@@ -208,6 +222,9 @@ class Torso(keras.layers.Layer):
 
     def call(self, observ):
         observ = tf.convert_to_tensor(observ)
+        outputs = self._outputs.by_input
+        if outputs is not None and observ.ref() in outputs:
+            return outputs[observ.ref()]
         leading = tf.shape(observ)[:2]
         flat = tf.reshape(observ, (-1,) + self._observ_shape)
         if self._parts is None:
@@ -222,7 +239,16 @@ class Torso(keras.layers.Layer):
             hidden = self._merged(tf.concat(pieces, -1))
         result = tf.reshape(hidden, tf.concat([leading, [self.output_size]], 0))
         result.set_shape(observ.shape[:2].concatenate([self.output_size]))
+        if outputs is not None:
+            outputs[observ.ref()] = result
         return result
+
+
+class _Outputs:
+    """`Torso.reused`'s outputs by input (`by_input`, None outside it); a plain object, so
+    that neither Keras nor checkpoints track the tensors it holds."""
+
+    by_input = None
 
 
 class RecurrentTorso(keras.layers.Layer):

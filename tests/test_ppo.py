@@ -280,7 +280,8 @@ def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
     before = [variable.numpy() for variable in model.trainable_variables]
     with tf.GradientTape() as tape:
         loss = 100.0 * tf.reduce_sum(tf.square(model(tf.ones([4, 3])) - 5.0))
-    norm = float(algo._apply(tape, loss, model, keras.optimizers.SGD(1.0)))
+    norm = float(algo._apply(tape, loss, model.trainable_variables,
+                             keras.optimizers.SGD(1.0)))
     moved = np.sqrt(sum(np.sum(np.square(variable.numpy() - old))
                         for variable, old in zip(model.trainable_variables, before,
                                                  strict=True)))

@@ -106,3 +106,42 @@ def test_trains_without_crash_on_observation_shapes(observ_shape):
 def test_rollouts_refuse_a_recurrent_policy():
     with pytest.raises(ValueError, match="rollout_length needs a feed-forward policy"):
         _setup([(3, 3)], network="recurrent_gaussian")
+
+
+def _op_count(function, op_type):
+    """How many ops of `op_type` the traced `function` holds, its loops' bodies included."""
+    graph = function.get_concrete_function().graph.as_graph_def()
+    nodes = list(graph.node) + [node for library_function in graph.library.function
+                                for node in library_function.node_def]
+    return sum(node.op == op_type for node in nodes)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_shared_layers_run_once_in_one_joint_step(share):
+    _, algo, run = _setup([(1, 12), (3, 5)], (9, 9, 3), share_layers=share, chunk_length=1,
+                          batch_size=5)
+    state = algo.checkpoint_state
+    assert ("value_optimizer" in state) is not share
+    # The convolution's kernel gradient: once per minibatch step with one torso for both
+    # losses, once per network with a torso each.
+    assert _op_count(algo._update, "Conv2DBackpropFilter") == (1 if share else 2)
+    variables = {"policy": algo.networks.policy.trainable_variables,
+                 "value": algo.networks.value.trainable_variables}
+    before = {key: [v.numpy().copy() for v in value] for key, value in variables.items()}
+    for _ in range(12):
+        run(False, False)
+    for key, values in variables.items():  # Every kernel and bias of both networks trained.
+        for old, new in zip(before[key], values, strict=True):
+            assert not np.allclose(old, new.numpy()), new.path
+
+
+def test_value_coef_weighs_the_value_loss_in_the_joint_step():
+    _, algo, run = _setup([(1, 12), (3, 5)], (9, 9, 3), share_layers=True, value_coef=0.0)
+    head = algo.networks.value.trainable_variables[-2:]  # The value output layer.
+    before = [v.numpy().copy() for v in head]
+    policy_before = algo.networks.policy.trainable_variables[-1].numpy().copy()
+    for _ in range(12):
+        run(False, False)
+    assert not np.allclose(policy_before, algo.networks.policy.trainable_variables[-1].numpy())
+    for old, new in zip(before, head, strict=True):  # No gradient: Adam leaves it as it was.
+        np.testing.assert_array_equal(old, new.numpy())

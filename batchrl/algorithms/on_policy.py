@@ -198,9 +198,9 @@ class OnPolicyAlgorithm:
             "observ_filter": self._observ_filter,
             "reward_filter": self._reward_filter,
             "random": self._random,
-            **({} if self._policy_optimizer is None else {
-                "policy_optimizer": self._policy_optimizer,
-                "value_optimizer": self._value_optimizer}),
+            **{name: optimizer for name, optimizer in (
+                ("policy_optimizer", self._policy_optimizer),
+                ("value_optimizer", self._value_optimizer)) if optimizer is not None},
         }
 
     @property
@@ -482,11 +482,24 @@ class OnPolicyAlgorithm:
     def _build_optimizers(self, policy_optimizer, value_optimizer):
         """Keeps the optimizers of the policy's and of the value network's trainable
         variables as `_policy_optimizer` and `_value_optimizer`, builds them for those
-        variables, and adds them to `checkpoint_state`."""
+        variables, and adds them to `checkpoint_state`. With `value_optimizer` None, the
+        policy's optimizer is built for the variables of both (`_joint_variables`)."""
         self._policy_optimizer = policy_optimizer
-        self._policy_optimizer.build(self._networks.policy.trainable_variables)
         self._value_optimizer = value_optimizer
-        self._value_optimizer.build(self._networks.value.trainable_variables)
+        if value_optimizer is None:
+            policy_optimizer.build(self._joint_variables())
+            return
+        policy_optimizer.build(self._networks.policy.trainable_variables)
+        value_optimizer.build(self._networks.value.trainable_variables)
+
+    def _joint_variables(self):
+        """The trainable variables of the policy and the value network, each once (those
+        of a shared torso are in both)."""
+        variables = {}
+        for variable in (self._networks.policy.trainable_variables
+                         + self._networks.value.trainable_variables):
+            variables.setdefault(id(variable), variable)
+        return list(variables.values())
 
     def _clear_memory(self, dependencies):
         """Empties the memory once the tensors `dependencies` are computed; returns the

@@ -8,6 +8,7 @@ adaptive KL penalty); Heess et al., arXiv:1707.02286 (streaming normalization, K
 import keras
 import tensorflow as tf
 
+from batchrl import networks as networks_lib
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
@@ -27,7 +28,9 @@ class PPO(OnPolicyAlgorithm):
     of `batch_size` chunks (null: all chunks, one full-batch step per epoch). Then the KL
     penalty is adapted from the KL between the reference policy and the new one, and the
     memory is emptied. A recurrent policy's chunk is replayed from the state stored at its
-    first step.
+    first step. When the policy and the value network share their layers (`share_layers`),
+    each minibatch takes one Adam step instead, on the policy loss plus `value_coef` times
+    the value loss, with the layers run once for both (`_joint_step`).
 
     The policy loss may add an entropy bonus (`entropy_coef`); both learning rates may
     decay linearly to 0 over the run's `steps` (`lr_schedule`; they stay 0 past `steps`),
@@ -61,7 +64,8 @@ class PPO(OnPolicyAlgorithm):
         `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
         (None for full batches), `kl_reference` (`behaviour` or `update_start`),
         `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule` and
-        `kl_schedule` (`constant` or `linear`), `normalize_value` and `steps`.
+        `kl_schedule` (`constant` or `linear`), `normalize_value`, `value_coef` and
+        `steps`.
     """
 
     name = "ppo"
@@ -71,7 +75,7 @@ class PPO(OnPolicyAlgorithm):
         "update_epochs", "chunk_length", "batch_size", "policy_lr", "value_lr",
         "gae_lambda", "kl_target", "kl_cutoff_factor", "kl_cutoff_coef", "kl_init_penalty",
         "max_gradient_norm", "kl_reference", "jit_update", "entropy_coef", "lr_schedule",
-        "kl_schedule", "normalize_value", "rollout_length"}
+        "kl_schedule", "normalize_value", "rollout_length", "value_coef"}
     histograms = ("advantage", "action")
     # The least fraction of `kl_target` that `kl_schedule: linear` decays to.
     kl_target_floor = 0.1
@@ -83,8 +87,12 @@ class PPO(OnPolicyAlgorithm):
                                         trainable=False, name="kl_penalty")
             self._value_filter = StreamingNormalize((), name="value_normalize") if (
                 config.normalize_value) else None
-        self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
-                               keras.optimizers.Adam(config.value_lr))
+        self._shared_torso = networks_lib.shared_torso(self._networks)
+        if self._shared_torso is None:
+            self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
+                                   keras.optimizers.Adam(config.value_lr))
+        else:
+            self._build_optimizers(keras.optimizers.Adam(config.policy_lr), None)
 
     @property
     def checkpoint_state(self):
@@ -177,12 +185,14 @@ class PPO(OnPolicyAlgorithm):
         return target
 
     def _scale_learning_rates(self, scale):
-        """Sets both Adam learning rates to their configured values times `scale`
-        (`OnPolicyAlgorithm._schedule_learning_rates`); returns the assignments."""
+        """Sets the Adam learning rates (one with a shared torso) to their configured
+        values times `scale` (`OnPolicyAlgorithm._schedule_learning_rates`); returns the
+        assignments."""
         config = self._config
         return [optimizer.learning_rate.assign(rate * scale)
                 for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
-                                        (self._value_optimizer, config.value_lr))]
+                                        (self._value_optimizer, config.value_lr))
+                if optimizer is not None]
 
     def _replay_as_trained(self, observ, state):
         """The current policy's parameters on the memory's episodes as the policy steps
@@ -224,9 +234,10 @@ class PPO(OnPolicyAlgorithm):
         batches = (count + batch - 1) // batch
         total = config.update_epochs * batches
         slots = tf.range(batch)
+        norms = (("gradient_norm",) if self._shared_torso is not None
+                 else ("value_gradient_norm", "policy_gradient_norm"))
         metrics = {name: tf.constant(0.0) for name in (
-            "value_loss", "policy_loss", "surrogate", "kl_cutoff_count",
-            "value_gradient_norm", "policy_gradient_norm")}
+            "value_loss", "policy_loss", "surrogate", "kl_cutoff_count") + norms}
 
         def shuffle():
             # Valid chunks first, in random order; `batch` spare rows so that the last
@@ -242,51 +253,78 @@ class PPO(OnPolicyAlgorithm):
             minibatch = {key: tf.gather(value, rows) for key, value in chunks.items()}
             in_range = tf.cast(start + slots < count, tf.float32)
             minibatch["mask"] = minibatch["mask"] * in_range[:, None]
-            value_loss, value_norm = self._value_step(minibatch)
-            with tf.control_dependencies([value_loss]):
-                policy, policy_norm = self._policy_step(minibatch)
-            return index + 1, order, {
-                "value_loss": value_loss,
-                "policy_loss": policy["loss"],
-                "surrogate": policy["surrogate"],
-                "kl_cutoff_count": policy["cutoff_count"],
-                "value_gradient_norm": metrics["value_gradient_norm"] + value_norm,
-                "policy_gradient_norm": metrics["policy_gradient_norm"] + policy_norm,
-            }
+            last, norm = self._steps(minibatch)
+            return index + 1, order, dict(
+                last, **{name: metrics[name] + norm[name] for name in norms})
 
         _, _, metrics = tf.while_loop(
             lambda index, *_: index < total, body,
             (tf.constant(0), tf.zeros([capacity + batch], tf.int32), metrics))
         steps = tf.cast(tf.maximum(total, 1), tf.float32)
-        metrics["value_gradient_norm"] /= steps
-        metrics["policy_gradient_norm"] /= steps
-        return metrics
+        return {name: value / steps if name in norms else value
+                for name, value in metrics.items()}
 
-    def _apply(self, tape, loss, model, optimizer):
+    def _steps(self, minibatch):
+        """The optimizer steps on one minibatch: a value step, then a policy step; with a
+        shared torso (`share_layers`), one step on both losses (`_joint_step`).
+
+        Returns:
+          `(losses, norms)`: dicts of float32 scalars, `value_loss`, `policy_loss`,
+          `surrogate` and `kl_cutoff_count`; `value_gradient_norm` and
+          `policy_gradient_norm`, or the joint step's `gradient_norm`.
+        """
+        if self._shared_torso is not None:
+            return self._joint_step(minibatch)
+        with tf.name_scope("value"), tf.GradientTape() as tape:
+            value_loss = self._value_loss(minibatch)
+        value_norm = self._apply(tape, value_loss, self._networks.value.trainable_variables,
+                                 self._value_optimizer)
+        with tf.control_dependencies([value_loss]), tf.name_scope("policy"):
+            with tf.GradientTape() as tape:
+                policy = self._policy_loss(minibatch)
+            policy_norm = self._apply(tape, policy["loss"],
+                                      self._networks.policy.trainable_variables,
+                                      self._policy_optimizer)
+        return self._losses(value_loss, policy), {
+            "value_gradient_norm": value_norm, "policy_gradient_norm": policy_norm}
+
+    def _joint_step(self, minibatch):
+        """One Adam step (the policy's optimizer) on `policy loss + value_coef * value
+        loss` over the variables of both networks, whose shared torso runs once for both
+        (`Torso.reused`), as PPO's Atari setting trains one network with both heads
+        (Schulman et al., arXiv:1707.06347, eq. 9). Returns what `_steps` does."""
+        with tf.name_scope("joint"), self._shared_torso.reused(), \
+                tf.GradientTape() as tape:
+            value_loss = self._value_loss(minibatch)
+            policy = self._policy_loss(minibatch)
+            loss = policy["loss"] + self._config.value_coef * value_loss
+        norm = self._apply(tape, loss, self._joint_variables(), self._policy_optimizer)
+        return self._losses(value_loss, policy), {"gradient_norm": norm}
+
+    @staticmethod
+    def _losses(value_loss, policy):
+        return {"value_loss": value_loss, "policy_loss": policy["loss"],
+                "surrogate": policy["surrogate"], "kl_cutoff_count": policy["cutoff_count"]}
+
+    def _apply(self, tape, loss, variables, optimizer):
         """One optimizer step on `loss`; returns the gradient's global norm before clipping."""
-        variables = model.trainable_variables
         gradients = tape.gradient(loss, variables)
         _, norm = apply_clipped(optimizer, gradients, variables, self._config.max_gradient_norm)
         return norm
 
-    def _value_step(self, minibatch):
-        with tf.name_scope("value"), tf.GradientTape() as tape:
-            loss = losses.value_loss(
-                self._networks.value(minibatch["observ"]), minibatch["target"],
-                minibatch["mask"])
-        return loss, self._apply(tape, loss, self._networks.value, self._value_optimizer)
+    def _value_loss(self, minibatch):
+        return losses.value_loss(
+            self._networks.value(minibatch["observ"]), minibatch["target"], minibatch["mask"])
 
-    def _policy_step(self, minibatch):
+    def _policy_loss(self, minibatch):
+        """`losses.policy_loss` of the current policy on the minibatch (its dict)."""
         config = self._config
         reference = self._distribution(
             {key: minibatch["reference_" + key] for key in self._param_shapes})
-        with tf.name_scope("policy"), tf.GradientTape() as tape:
-            params, _ = self._networks.policy(minibatch["observ"], minibatch["state"][:, 0])
-            new = self._distribution(params)
-            result = losses.policy_loss(
-                new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
-                minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
-                self._kl_target(), config.kl_cutoff_factor, config.kl_cutoff_coef,
-                new.entropy(), config.entropy_coef)
-        return result, self._apply(
-            tape, result["loss"], self._networks.policy, self._policy_optimizer)
+        params, _ = self._networks.policy(minibatch["observ"], minibatch["state"][:, 0])
+        new = self._distribution(params)
+        return losses.policy_loss(
+            new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
+            minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
+            self._kl_target(), config.kl_cutoff_factor, config.kl_cutoff_coef,
+            new.entropy(), config.entropy_coef)
