@@ -36,9 +36,9 @@ $(STAMP): pyproject.toml
 train: install
 	$(PY) -m batchrl.scripts.train --config=$(CONFIG) --logdir=$(LOGDIR)
 
-# Both cores: each test module runs whole on one worker (tests/conftest.py groups them).
+# Both cores: each test module runs whole on one worker (tests/conftest.py schedules them).
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2
 
 bench: install
 	$(PY) -m benchmarks.throughput

@@ -20,14 +20,22 @@ compile_cache.enable()
 _RAY_MODULES = {"test_batch_env_contract", "test_ray_benchmark", "test_ray_env"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """Groups the tests for `pytest -n 2 --dist loadgroup` (the Makefile's `test`): each
-    module runs whole on one worker, so its module-scoped fixtures (training runs, Ray
-    clusters) are built once; the Ray modules share one group."""
-    for item in items:
-        name = item.module.__name__.rpartition(".")[2]
-        group = "ray" if name in _RAY_MODULES else name
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Schedules the tests of `pytest -n 2` (the Makefile's `test`) by module: each module
+    runs whole on one worker, so that its module-scoped fixtures (training runs, benchmark
+    runs) are built once, and the Ray modules share one unit. pytest-xdist 3.8's own
+    `--dist loadgroup` cannot do this under pytest 9 (it marks a group by rewriting the
+    test's nodeid, which pytest 9 no longer reads), and `--dist loadscope` would let two
+    Ray modules run at once."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return "ray" if pathlib.Path(module).stem in _RAY_MODULES else module
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_configure(config):
