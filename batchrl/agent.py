@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import build as build_lib
-from batchrl import configs, spaces
+from batchrl import configs, network_spec, spaces
 from batchrl import export as export_lib
 from batchrl.environments.application import ApplicationBatchEnv
 from batchrl.environments.in_graph import observation_dtype
@@ -90,7 +90,7 @@ class Agent:
       ConfigError: the config's network does not fit the spaces, a space is not supported
         (the message names the leaf), or config key `max_length` (the longest episode of
         the application's environments) is not set: the Agent never reads the config's
-        `env`.
+        `env`; or a `frame_stack` preprocessing step (the application stacks its frames).
     """
 
     def __init__(self, config, observation_space, action_space, logdir=None):
@@ -99,6 +99,11 @@ class Agent:
                 "batchrl.Agent needs config key 'max_length', the longest episode of the "
                 "application's environments (e.g. max_length=env.spec.max_episode_steps); "
                 "it does not read the config's env")
+        if network_spec.frame_stack_frames(config.preprocessing):
+            raise configs.ConfigError(
+                "batchrl.Agent takes the observations the application gives it: stack the "
+                "frames there (e.g. gymnasium.wrappers.FrameStackObservation) and remove "
+                "the frame_stack step from config key 'preprocessing'")
         self._config = config
         self._num_envs = int(config.num_agents)
         self.observation_space = observation_space

@@ -8,7 +8,7 @@ import random
 
 import tensorflow as tf
 
-from batchrl import configs, environments
+from batchrl import configs, environments, network_spec
 from batchrl.algorithms.a2c import A2C
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.dqn import DQN
@@ -17,6 +17,7 @@ from batchrl.algorithms.ppo import PPO
 from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
+from batchrl.environments.frame_stack import FrameStack
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.networks import NETWORKS, constructor, is_declared
 
@@ -150,6 +151,9 @@ def build(config, batch_env, process_eager=True):
         in_graph = batch_env
     else:
         in_graph = InGraphBatchEnv(batch_env)
+    frames = network_spec.frame_stack_frames(config.preprocessing)
+    if frames:
+        in_graph = FrameStack(in_graph, frames)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     is_training = tf.Variable(True, trainable=False, name="is_training")
     should_log = tf.Variable(True, trainable=False, name="should_log")

@@ -32,7 +32,13 @@ or `he_uniform` (default: the config key `orthogonal_init` chooses the first or 
 Preprocessing steps (in the graph, before the layers; part of an exported model):
 - `scale`: float32 times `factor` (default: 1 / the observation space's upper bound, so
   uint8 pixels land in [0, 1] and binary frames stay 0 / 1).
-- `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights).
+- `frame_stack`: `frames` (at least 2); the first step of a list, and not per leaf: the
+  batch of environments keeps each agent's last `frames` observations, joined on the last
+  axis (`[h, w, c]` to `[h, w, frames * c]`, the oldest first; a new episode's first
+  observation fills them all), in the graph (`batchrl.environments.frame_stack`). The
+  memories and an exported model hold the stacked observations.
+- `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights), or stacked RGB
+  frames `[h, w, 3 k]` to `[h, w, k]`.
 - `resize`: to `height` x `width` (bilinear).
 - `crop`: `top`, `left`, `height`, `width`.
 - `channels_last`: `[channels, h, w]` to `[h, w, channels]` (EnvPool's Atari frames are
@@ -60,6 +66,7 @@ LAYERS = {
 }
 RECURRENT = ("gru", "lstm")
 PREPROCESSING = {
+    "frame_stack": {"frames": None},
     "scale": {"factor": "space"},
     "grayscale": {},
     "resize": {"height": None, "width": None},
@@ -138,11 +145,31 @@ def check_preprocessing(value, where="config key 'preprocessing'"):
     none), or for a `Dict` observation a mapping of its keys to such lists. Raises
     `ConfigError` as `check_layers` does."""
     if isinstance(value, dict):
-        return {name: check_preprocessing(steps, f"{where}, leaf {name!r}")
-                for name, steps in value.items()}
+        checked = {name: check_preprocessing(steps, f"{where}, leaf {name!r}")
+                   for name, steps in value.items()}
+        if any(frame_stack_frames(steps) for steps in checked.values()):
+            raise ConfigError(f"{where}: frame_stack stacks whole observations; list it in "
+                              f"a preprocessing list, not per leaf")
+        return checked
     if value == []:
         return []
-    return _check_list(value, where, PREPROCESSING, "step")
+    checked = _check_list(value, where, PREPROCESSING, "step")
+    for index, step in enumerate(checked[1:], 2):
+        if step["type"] == "frame_stack":
+            raise ConfigError(f"{where}, step {index} (frame_stack): frame_stack stacks the "
+                              f"raw observations; make it the first step")
+    if checked[0]["type"] == "frame_stack" and checked[0]["frames"] < 2:
+        raise ConfigError(f"{where}, step 1 (frame_stack): key 'frames' must be at least 2, "
+                          f"got {checked[0]['frames']}")
+    return checked
+
+
+def frame_stack_frames(preprocessing):
+    """The `frames` of a checked preprocessing list's `frame_stack` step, or None."""
+    if isinstance(preprocessing, list) and preprocessing and (
+            preprocessing[0]["type"] == "frame_stack"):
+        return preprocessing[0]["frames"]
+    return None
 
 
 def _check_list(value, where, types, noun):

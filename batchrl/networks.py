@@ -485,14 +485,6 @@ def _with_last(layers, last):
     return listed if isinstance(layers, list) else dict(layers, layers=listed)
 
 
-def shared_torso(networks):
-    """The `batchrl.torso.Torso` that the policy and the value network of `networks` share
-    (declared layers with `share_layers`), or None."""
-    torso = getattr(networks.value, "_hidden", None)
-    return torso if isinstance(torso, Torso) and getattr(
-        networks.policy, "_hidden", None) is torso else None
-
-
 def is_declared(network):
     """Whether config key `network` declares layers (a list, or a mapping of leaves) rather
     than naming a preset."""

@@ -54,7 +54,7 @@ def _preprocess(spec, observation_space):
             factor = 1.0 / high if np.isfinite(high) and high > 0 else 1.0
         return lambda x: tf.cast(x, tf.float32) * factor
     if kind == "grayscale":
-        return lambda x: tf.reduce_sum(tf.cast(x, tf.float32) * _LUMA, -1, keepdims=True)
+        return _grayscale
     if kind == "resize":
         size = (spec["height"], spec["width"])
         return lambda x: tf.image.resize(tf.cast(x, tf.float32), size)
@@ -62,6 +62,17 @@ def _preprocess(spec, observation_space):
         return lambda x: tf.transpose(x, [0, 2, 3, 1])
     top, left, height, width = (spec[key] for key in ("top", "left", "height", "width"))
     return lambda x: tf.cast(x[:, top:top + height, left:left + width], tf.float32)
+
+
+def _grayscale(images):
+    """`[n, h, w, 3 k]` RGB (k frames stacked on the channels) -> float32 `[n, h, w, k]`."""
+    images = tf.cast(images, tf.float32)
+    channels = images.shape[-1]
+    if channels % 3:
+        raise ValueError(f"grayscale needs RGB channels (3, or 3 per stacked frame), got "
+                         f"{channels}")
+    frames = tf.reshape(images, tf.concat([tf.shape(images)[:-1], [channels // 3, 3]], 0))
+    return tf.reduce_sum(frames * _LUMA, -1)
 
 
 def _needs_image(spec):
@@ -76,6 +87,9 @@ class _Chain(keras.layers.Layer):
 
     def __init__(self, layers, preprocessing, space, defaults, where="network", name="chain"):
         super().__init__(name=name)
+        # The batch of environments stacks the frames (`batchrl.environments.frame_stack`):
+        # the observation arrives stacked.
+        preprocessing = [spec for spec in preprocessing if spec["type"] != "frame_stack"]
         self._steps = [_preprocess(spec, space) for spec in preprocessing]
         self._declared = [_layer(spec, defaults) for spec in layers]
         for index, layer in enumerate(self._declared):  # Tracked for checkpoints.

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import build, configs, environments
-from batchrl import networks as networks_lib
+from batchrl.algorithms import parts
 from benchmarks.off_policy import _matmul_chain, _timed
 
 
@@ -35,7 +35,7 @@ def forward_flops(networks, observation_shape):
     """FLOPs of one forward pass of the policy and the value network on one observation,
     as TensorFlow's profiler counts them (ops with registered FLOP statistics: convolutions,
     matrix products, bias additions); a shared torso counted once."""
-    torso = networks_lib.shared_torso(networks)
+    torso = parts.shared_torso(networks)
 
     @tf.function
     def forward(observ):

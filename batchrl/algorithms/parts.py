@@ -1,7 +1,8 @@
 """Functions of batches that on-policy algorithms (those made with `build_algorithm`, and
 PPO) share: the current and the stored policies, the KL from the update's start, GAE(lambda)
-and its postprocessing, the diagnostics of a policy change and the value regression loss.
-Each is a pure function of tensors (see `build_algorithm` for the batch's keys)."""
+and its postprocessing, the diagnostics of a policy change and the value regression loss,
+each a pure function of tensors (see `build_algorithm` for the batch's keys); and
+`shared_torso`, the layers a policy and its value network share."""
 
 import tensorflow as tf
 
@@ -73,3 +74,13 @@ def value_loss(networks, distribution, batch):
     target = masked(batch["return"], batch["mask"])
     return 0.5 * masked_mean(tf.square(networks.value(batch["observ"]) - target),
                              batch["mask"])
+
+
+def shared_torso(networks):
+    """The hidden layers that the policy and the value network of `networks` share (a
+    `batchrl.torso.Torso` of declared layers with `share_layers`; it has `reused()`), or
+    None: the layer each network holds as `_hidden`, when it is the same one."""
+    torso = getattr(networks.value, "_hidden", None)
+    if torso is None or not hasattr(torso, "reused"):
+        return None
+    return torso if getattr(networks.policy, "_hidden", None) is torso else None

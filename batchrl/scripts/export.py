@@ -26,7 +26,8 @@ def export_run(config, checkpoint, outdir, seed=0):
     in-graph or EnvPool environment through its Gymnasium twin, as `visualize` does); the
     actions are mapped into the unwrapped environment's action space. A nested observation
     or action space is the environment's own, one input or output per leaf
-    (`batchrl.export.export_policy`).
+    (`batchrl.export.export_policy`). With a `frame_stack` step, the model takes the
+    stacked frames, as the policy was trained on them.
 
     Args:
       config: the run's validated `Config` (`find_run`).
@@ -41,8 +42,9 @@ def export_run(config, checkpoint, outdir, seed=0):
       ConfigError: the environment has no Gymnasium twin, or the checkpoint does not fit.
     """
     from batchrl import build as build_lib
-    from batchrl import environments
+    from batchrl import environments, network_spec
     from batchrl import export as export_lib
+    from batchrl.environments.frame_stack import stacked_space
     from batchrl.environments.local import BatchEnv
     from batchrl.scripts.visualize import restore
 
@@ -58,7 +60,11 @@ def export_run(config, checkpoint, outdir, seed=0):
     try:
         agent = build_lib.build(config, batch_env)
         restore(agent, checkpoint)
-        export_lib.export_policy(agent.algo, *_environment_spaces(env), outdir, seed)
+        observation_space, action_space = _environment_spaces(env)
+        frames = network_spec.frame_stack_frames(config.preprocessing)
+        if frames:  # The policy takes the stacked frames (`frame_stack`).
+            observation_space = stacked_space(observation_space, frames)
+        export_lib.export_policy(agent.algo, observation_space, action_space, outdir, seed)
     finally:
         batch_env.close()
     return outdir

@@ -8,7 +8,6 @@ adaptive KL penalty); Heess et al., arXiv:1707.02286 (streaming normalization, K
 import keras
 import tensorflow as tf
 
-from batchrl import networks as networks_lib
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
@@ -87,7 +86,7 @@ class PPO(OnPolicyAlgorithm):
                                         trainable=False, name="kl_penalty")
             self._value_filter = StreamingNormalize((), name="value_normalize") if (
                 config.normalize_value) else None
-        self._shared_torso = networks_lib.shared_torso(self._networks)
+        self._shared_torso = parts.shared_torso(self._networks)
         if self._shared_torso is None:
             self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
                                    keras.optimizers.Adam(config.value_lr))

@@ -1,0 +1,120 @@
+"""The `frame_stack` preprocessing step: the in-graph stack of each agent's last frames
+(batchrl.environments.frame_stack) inside `simulate`, its config checks, and grayscale on
+stacked RGB frames."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs, network_spec, networks
+from batchrl.algorithms.ppo import PPO
+from batchrl.environments.frame_stack import FrameStack, stacked_space
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.tools.simulate import simulate
+from batchrl.torso import Torso
+from tests.recording_environment import RecordingEnvironment
+
+FRAMES = 3
+CONV = [{"type": "conv2d", "filters": 2, "kernel": 2}, {"type": "flatten"},
+        {"type": "dense", "units": 8}]
+
+
+def _setup(durations, frames=FRAMES):
+    envs = [RecordingEnvironment((4, 4, 1), (), low, high, observ_dtype=np.uint8,
+                                 num_actions=3) for low, high in durations]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+        env.observations.clear()
+    batch_env = FrameStack(InGraphBatchEnv(BatchEnv(envs, blocking=True)), frames)
+    config = configs.load("default", {
+        "network": CONV, "normalize_observ": False, "rollout_length": 6, "update_epochs": 1,
+        "preprocessing": [{"type": "frame_stack", "frames": frames}, {"type": "scale"}]})
+    config.update(network=networks.constructor(config.network), max_length=20)
+    algo = PPO(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+               tf.Variable(False), config)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    return envs, batch_env, algo, run
+
+
+def test_stacks_each_agents_last_frames_across_episode_ends():
+    envs, batch_env, algo, run = _setup([(2, 2), (3, 5)])
+    assert batch_env.observation_space.shape == (4, 4, FRAMES)
+    assert batch_env.observ.dtype == tf.uint8
+    stacks = [None] * len(envs)
+    seen = [0] * len(envs)
+    began = 0
+    for _ in range(10):
+        run(False, False)
+        for index, env in enumerate(envs):
+            new = env.observations[seen[index]:]
+            seen[index] = len(env.observations)
+            if len(new) == 2:  # The agent began an episode: its stack is the first frame.
+                began += 1
+                stacks[index] = [new[0]] * FRAMES
+            stacks[index] = stacks[index][1:] + [new[-1]]
+            np.testing.assert_array_equal(batch_env.observ.numpy()[index],
+                                          np.concatenate(stacks[index], -1))
+    assert began > len(envs)  # Episodes ended and began again within the ten steps.
+    # PPO stored the stacked frames, as uint8, with the final stack of each episode.
+    memory = algo._memory.fields
+    assert memory["observ"].dtype == tf.uint8
+    assert memory["observ"].shape[-1] == FRAMES
+
+
+def test_simulate_resets_fill_the_stack_with_the_first_frame():
+    envs, batch_env, _, run = _setup([(4, 4)])
+    run(False, False)
+    first = envs[0].observations[0]
+    np.testing.assert_array_equal(batch_env.observ.numpy()[0, ..., :FRAMES - 1],
+                                  np.concatenate([first] * (FRAMES - 1), -1))
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([{"type": "scale"}, {"type": "frame_stack", "frames": 4}], "make it the first step"),
+    ([{"type": "frame_stack", "frames": 1}], "at least 2"),
+    ([{"type": "frame_stack"}], "missing key 'frames'"),
+    ({"image": [{"type": "frame_stack", "frames": 4}]}, "not per leaf"),
+])
+def test_frame_stack_is_checked_with_the_config(steps, message):
+    with pytest.raises(configs.ConfigError, match=message):
+        network_spec.check_preprocessing(steps)
+
+
+def test_stacked_space_repeats_the_bounds_on_the_last_axis():
+    space = gym.spaces.Box(np.array([0.0, -1.0], np.float32), np.array([1.0, 2.0], np.float32))
+    stacked = stacked_space(space, 3)
+    assert stacked.shape == (6,) and stacked.dtype == np.float32
+    np.testing.assert_array_equal(stacked.low, [0, -1] * 3)
+    np.testing.assert_array_equal(stacked.high, [1, 2] * 3)
+    with pytest.raises(ValueError, match="at least 2 frames"):
+        FrameStack(None, 1)
+
+
+def test_grayscale_takes_each_stacked_rgb_frame_apart():
+    space = stacked_space(gym.spaces.Box(0, 255, (2, 2, 3), np.uint8), 2)
+    steps = network_spec.check_preprocessing(
+        [{"type": "frame_stack", "frames": 2}, {"type": "grayscale"}])
+    torso = Torso(network_spec.check_layers([{"type": "flatten"}]), steps, space)
+    frames = np.random.default_rng(0).integers(0, 256, (1, 1, 2, 2, 6)).astype(np.uint8)
+    luma = np.array([0.299, 0.587, 0.114], np.float32)
+    expected = np.stack([frames[..., :3] @ luma, frames[..., 3:] @ luma], -1)
+    np.testing.assert_allclose(torso(frames).numpy(), expected.reshape(1, 1, 8), rtol=1e-5)
+    with pytest.raises(ValueError, match="3 per stacked frame"):
+        Torso(network_spec.check_layers([{"type": "flatten"}]), steps[1:],
+              gym.spaces.Box(0, 255, (2, 2, 4), np.uint8))
+
+
+def test_the_agent_leaves_stacking_to_the_application():
+    from batchrl import Agent
+
+    config = configs.load("default", {
+        "network": CONV, "max_length": 10,
+        "preprocessing": [{"type": "frame_stack", "frames": 2}]})
+    with pytest.raises(configs.ConfigError, match="FrameStackObservation"):
+        Agent(config, gym.spaces.Box(0, 255, (4, 4, 1), np.uint8), gym.spaces.Discrete(2))
