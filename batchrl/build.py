@@ -19,7 +19,7 @@ from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
 from batchrl.environments.frame_stack import FrameStack
 from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.networks import NETWORKS, constructor, is_declared
+from batchrl.networks import NETWORKS, constructor, is_declared, torso_factory
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
@@ -163,6 +163,8 @@ def build(config, batch_env, process_eager=True):
     python_random = random.getstate()
     random.seed(config.seed)
     try:
+        if issubclass(algorithm, OffPolicyAlgorithm):
+            algo_config["torso"] = torso_factory(config)
         algo = algorithm(in_graph, step, is_training, should_log, algo_config)
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.

@@ -485,6 +485,28 @@ def _with_last(layers, last):
     return listed if isinstance(layers, list) else dict(layers, layers=listed)
 
 
+def torso_factory(config):
+    """For config key `network` declaring feed-forward layers: a function of an observation
+    space that returns a new `batchrl.torso.Torso` of them after the config's
+    `preprocessing` (the hidden layers of an off-policy algorithm's networks, e.g. DQN's Q
+    network and its target); None for a preset.
+
+    Raises:
+      ValueError: a recurrent last layer (off-policy algorithms learn from single steps).
+    """
+    if not is_declared(config.network):
+        return None
+    if _split_recurrent(config.network)[1] is not None:
+        raise ValueError("the off-policy algorithms take feed-forward layers; a gru or lstm "
+                         "layer needs ppo (or trpo, a2c)")
+    return functools.partial(_new_torso, config.network, config.preprocessing,
+                             activation=config.activation, orthogonal=config.orthogonal_init)
+
+
+def _new_torso(layers, preprocessing, observation_space, activation, orthogonal):
+    return Torso(layers, preprocessing, observation_space, activation, orthogonal)
+
+
 def is_declared(network):
     """Whether config key `network` declares layers (a list, or a mapping of leaves) rather
     than naming a preset."""

@@ -244,3 +244,39 @@ def test_configuration_errors_name_the_key():
         _build(TD3, batch_env, exploration={"type": "epsilon_decay"})
     with pytest.raises(ValueError, match="dqn needs a Discrete action space"):
         _build(DQN, batch_env)
+
+
+CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "flatten"},
+        {"type": "dense", "units": 16}]
+
+
+def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
+    from batchrl import build
+
+    envs = [MockEnvironment((9, 9, 3), (), 2, 7, observ_dtype=np.uint8, num_actions=3)
+            for _ in range(3)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    config = _config("dqn", network=CONV, preprocessing=[{"type": "scale"}],
+                     normalize_observ=False, max_length=20)
+    built = build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
+    algo = built.algo
+    assert algo.memory.storage["observ"].dtype == tf.uint8  # The frames, a byte an element.
+    q, target = algo.networks.policy, algo.checkpoint_state["target_policy"]
+    kernel = next(v for v in q.trainable_variables if len(v.shape) == 4)  # The conv's.
+    before = kernel.numpy().copy()
+    assert not {id(v) for v in q.variables} & {id(v) for v in target.variables}
+    run = _run(built.batch_env, algo)
+    for _ in range(20):
+        _, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    assert int(algo.updates.numpy()) == 60 - 6
+    assert not np.allclose(before, kernel.numpy())
+
+
+def test_off_policy_networks_refuse_a_recurrent_layer():
+    from batchrl import build
+
+    config = _config("dqn", env="CartPole-v1", network=[{"type": "gru", "units": 8}])
+    with pytest.raises(configs.ConfigError, match="feed-forward layers"):
+        build.build(config, _cartpole(), process_eager=False)

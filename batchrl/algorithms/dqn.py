@@ -50,7 +50,11 @@ class DQN(off_policy.OffPolicyAlgorithm):
 
     Args:
       as for `OffPolicyAlgorithm`; config also `double_q` and `dueling`. `value_lr` is the
-      learning rate and `value_layers` the hidden sizes of the Q network.
+      learning rate and `value_layers` the hidden sizes of the Q network; with declared
+      layers (config key `network` a list, `batchrl.network_spec`), `torso`, made by
+      `batchrl.build` from them and `preprocessing`, `activation` and `orthogonal_init`,
+      replaces those hidden layers: a function of the observation space returning a
+      `batchrl.torso.Torso`.
 
     Raises:
       ValueError: if the action space is not `Discrete`.
@@ -62,15 +66,18 @@ class DQN(off_policy.OffPolicyAlgorithm):
     default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
                            "steps": 10000}
     config_keys = (off_policy.OffPolicyAlgorithm.config_keys - {"policy_lr"}) | {
-        "double_q", "dueling"}
+        "double_q", "dueling", "network", "orthogonal_init"}
 
     def _build_networks(self, batch_env, config):
         self._count = int(batch_env.action_space.n)
         observ = tf.zeros((1,) + self._observ_shape)
 
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+
         def q():
+            hidden = torso(batch_env.observation_space) if torso is not None else None
             return q_networks.QNetwork(self._count, config.value_layers, config.activation,
-                                       bool(config.dueling))
+                                       bool(config.dueling), hidden=hidden)
 
         self._q = q()
         self._target_q = off_policy.target_of(self._q, q, observ)

@@ -154,6 +154,19 @@ class DeterministicActor(keras.Model):
         return self._output(self._hidden(observ))
 
 
+class _PerStep(keras.layers.Layer):
+    """A layer of `[batch, time, *shape] -> [batch, time, n]` (a declared network's
+    `batchrl.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
+    removed."""
+
+    def __init__(self, layer, name="hidden"):
+        super().__init__(name=name)
+        self._layer = layer
+
+    def call(self, observ):
+        return self._layer(tf.convert_to_tensor(observ)[:, None])[:, 0]
+
+
 class QNetwork(keras.Model):
     """Q(s, .) of DQN: one output per discrete action, float32 `[batch, num_actions]`.
 
@@ -165,13 +178,18 @@ class QNetwork(keras.Model):
       units: sizes of the hidden layers.
       activation: of the hidden layers.
       dueling: bool.
+      hidden: None, or a layer of `[batch, time, *observation_shape] -> [batch, time, n]`
+        to use instead of the MLP (a declared network's torso: its preprocessing and
+        layers, e.g. convolutions on uint8 frames).
     """
 
     state_size = 0
 
-    def __init__(self, num_actions, units, activation="relu", dueling=False, name="q"):
+    def __init__(self, num_actions, units, activation="relu", dueling=False, name="q",
+                 hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, name="hidden")
+        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
+                        else _PerStep(hidden))
         self._dueling = dueling
         self._advantage = keras.layers.Dense(num_actions, name="advantage")
         if dueling:
