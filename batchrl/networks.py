@@ -225,11 +225,22 @@ class _CategoricalHead(keras.layers.Layer):
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
         lacking = np.arange(self._shape[1])[None, :] >= nvec[:, None]
         self._lacking = np.where(lacking, -1e9, 0.0).astype(np.float32)
+        # Where each [choice, action] finds its element of a flat mask of sum(nvec)
+        # elements; the actions a choice lacks point past its end (at an allowed 1).
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        self._mask_index = np.where(lacking, int(nvec.sum()),
+                                    offsets[:, None] + np.arange(self._shape[1])[None, :])
 
-    def call(self, hidden):
+    def call(self, hidden, allowed=None):
+        """Logits; with `allowed` (bool `[batch, time, sum(nvec)]`, the choices' masks one
+        after the other), -1e9 for the actions it forbids."""
         logits = self._logits(hidden)
         logits = tf.reshape(logits, tf.concat([tf.shape(logits)[:-1], self._shape], 0))
-        return {"logits": logits + self._lacking}
+        logits += self._lacking
+        if allowed is not None:
+            padded = tf.concat([allowed, tf.ones_like(allowed[..., :1])], -1)
+            logits = tf.where(tf.gather(padded, self._mask_index, axis=-1), logits, -1e9)
+        return {"logits": logits}
 
 
 class _BernoulliHead(keras.layers.Layer):
@@ -262,11 +273,15 @@ class CompositePolicy(keras.Model):
       init_mean_factor: scale of the variance-scaling initializer of the output layers.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
+      action_mask: None, or `(offset, size)` of the observation's mask as for
+        `CategoricalPolicy`, for a single categorical head (a `MultiDiscrete` action):
+        `size` is `sum(nvec)`, each choice's mask after the previous one's.
     """
 
     def __init__(self, heads, units, init_std, init_mean_factor, activation="relu",
-                 orthogonal=False, name="policy", hidden=None):
+                 orthogonal=False, name="policy", hidden=None, action_mask=None):
         super().__init__(name=name)
+        self._action_mask = action_mask
         self._hidden = hidden if hidden is not None else _MLP(
             units, activation, orthogonal, name="hidden")
         layers = []
@@ -285,7 +300,13 @@ class CompositePolicy(keras.Model):
         hidden, state = _run_hidden(self._hidden, observ, state)
         params = {}
         for index, head in enumerate(self._heads):
-            params.update({f"leaf{index}_{key}": value for key, value in head(hidden).items()})
+            if self._action_mask is not None:  # The single categorical head.
+                offset, size = self._action_mask
+                allowed = tf.cast(observ, tf.float32)[..., offset:offset + size] > 0.5
+                output = head(hidden, allowed)
+            else:
+                output = head(hidden)
+            params.update({f"leaf{index}_{key}": value for key, value in output.items()})
         return params, state
 
 
@@ -374,7 +395,8 @@ def feed_forward_composite(observation_space, action_space, config):
     """
     heads, distribution = _composite(action_space)
     policy = CompositePolicy(heads, config.policy_layers, config.init_std,
-                             config.init_mean_factor, **_hidden(config))
+                             config.init_mean_factor, **_hidden(config),
+                             action_mask=_action_mask(observation_space, action_space))
     return _built(policy, _value(config), distribution, observation_space)
 
 
@@ -464,7 +486,8 @@ def declared(observation_space, action_space, config, layers):
         return _built(policy, value, Categorical, observation_space)
     heads, distribution = _composite(action_space)
     policy = CompositePolicy(heads, None, config.init_std, config.init_mean_factor,
-                             hidden=torso())
+                             hidden=torso(),
+                             action_mask=_action_mask(observation_space, action_space))
     return _built(policy, value, distribution, observation_space)
 
 
@@ -522,15 +545,29 @@ def constructor(network):
 
 
 def _action_mask(observation_space, action_space):
-    """`(offset, size)` of the observation's action mask for `CategoricalPolicy`, or None.
+    """`(offset, size)` of the observation's action mask for `CategoricalPolicy` (a
+    `Discrete` action) or `CompositePolicy` (a `MultiDiscrete` one), or None.
 
     Raises:
-      ValueError: the mask's size is not the number of actions.
+      ValueError: the mask's size is not the number of actions (of all choices, for a
+        `MultiDiscrete`), or the action space is neither.
     """
     mask = getattr(observation_space, "action_mask", None)
-    if mask is not None and mask[1] != action_space.n:
-        raise ValueError(f"the observation's action_mask has {mask[1]} elements, the "
-                         f"Discrete action space {action_space.n} actions")
+    if mask is None:
+        return None
+    leaves = getattr(action_space, "leaves", ())  # A `FlatActionSpace`'s.
+    if isinstance(action_space, gym.spaces.Discrete):
+        actions, what = int(action_space.n), "the Discrete action space"
+    elif len(leaves) == 1 and isinstance(leaves[0].space, gym.spaces.MultiDiscrete):
+        nvec = leaves[0].space.nvec
+        actions = int(np.sum(nvec))
+        what = f"the MultiDiscrete action space {nvec.tolist()} (their sum)"
+    else:
+        raise ValueError("the observation's action_mask needs a Discrete or MultiDiscrete "
+                         "action space (categorical heads), whose logits it masks")
+    if mask[1] != actions:
+        raise ValueError(f"the observation's action_mask has {mask[1]} elements, "
+                         f"{what} {actions} actions")
     return mask
 
 
@@ -555,9 +592,9 @@ def _check_box(action_space, name):
 
 def _built(policy, value, distribution, observation_space):
     if (getattr(observation_space, "action_mask", None) is not None
-            and not isinstance(policy, CategoricalPolicy)):
-        raise ValueError("the observation's action_mask needs a Discrete action space (a "
-                         "categorical policy), which masks its logits")
+            and getattr(policy, "_action_mask", None) is None):
+        raise ValueError("the observation's action_mask needs a Discrete or MultiDiscrete "
+                         "action space (categorical heads), whose logits it masks")
     dummy = np.zeros((1, 1) + observation_space.shape, np.float32)
     policy(dummy, np.zeros((1, policy.state_size), np.float32))
     value(dummy)

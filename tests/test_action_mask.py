@@ -1,5 +1,5 @@
 """Action masking: a `Dict` observation's `action_mask` entry masks the logits of a
-`Discrete` action when acting, in the loss and in the exported model."""
+`Discrete` or `MultiDiscrete` action when acting, in the loss and in the exported model."""
 
 import gymnasium as gym
 import numpy as np
@@ -9,7 +9,7 @@ import tensorflow as tf
 import batchrl
 from batchrl import configs, networks
 from batchrl.environments.nested_tasks import MaskedChoice
-from batchrl.tools.nested import FlatObservationSpace
+from batchrl.tools.nested import FlatActionSpace, FlatObservationSpace
 
 SPACE = gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(4),
                          "position": gym.spaces.Box(-5.0, 5.0, (3,), np.float32)})
@@ -60,7 +60,7 @@ def test_a_mask_that_does_not_fit_the_actions_is_an_error():
 
 def test_a_mask_with_a_box_action_space_is_an_error():
     config = configs.load("default", {"policy_layers": [16], "value_layers": [16]})
-    with pytest.raises(ValueError, match="action_mask needs a Discrete action space"):
+    with pytest.raises(ValueError, match="action_mask needs a Discrete or MultiDiscrete"):
         networks.feed_forward_gaussian(FlatObservationSpace(SPACE),
                                        gym.spaces.Box(-1, 1, (4,), np.float32), config)
 
@@ -88,3 +88,35 @@ def test_the_agent_and_its_exported_model_never_take_a_masked_action(tmp_path):
         observation_values=tf.constant(batch["values"]))["action"].numpy()
     np.testing.assert_array_equal(served, expected)
     agent.close()
+
+
+@pytest.mark.parametrize("network", [
+    "feed_forward_composite", [{"type": "dense", "units": 16}]])
+def test_each_choice_of_a_multidiscrete_action_keeps_to_its_mask(network):
+    # MultiDiscrete([3, 1]): the mask holds the first choice's 3 elements, then the
+    # second's 1 (4 in all, as SPACE's mask).
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
+                                      "network": network})
+    actions = FlatActionSpace(gym.spaces.MultiDiscrete([3, 1]))
+    built = networks.constructor(config.network)(FlatObservationSpace(SPACE), actions, config)
+    masks = np.array([[0, 1, 1, 1], [1, 0, 0, 1]], np.float32)
+    observ = np.concatenate([masks, np.zeros((2, 3), np.float32)], 1)[:, None]
+    params, _ = built.policy(observ, np.zeros((2, 0), np.float32))
+    repeated = built.distribution({key: tf.tile(value[:, 0], [1000, 1, 1])
+                                   for key, value in params.items()})
+    draws = repeated.sample(tf.random.Generator.from_seed(0)).numpy().reshape(1000, 2, 2)
+    first = draws[..., 0].astype(int)
+    assert set(np.unique(first[:, 0])) == {1, 2} and set(np.unique(first[:, 1])) == {0}
+    np.testing.assert_array_equal(draws[..., 1], 0)
+    # Probability 0 for the masked actions, 1 in all for each choice.
+    probabilities = tf.nn.softmax(params["leaf0_logits"][:, 0]).numpy()
+    np.testing.assert_array_equal(probabilities[0, 0, 0], 0.0)
+    np.testing.assert_array_equal(probabilities[1, 0, 1:], 0.0)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_a_multidiscrete_mask_must_cover_every_choice():
+    config = configs.load("default", {"policy_layers": [16], "value_layers": [16]})
+    with pytest.raises(ValueError, match=r"MultiDiscrete action space \[3, 2\] \(their sum\) 5"):
+        networks.feed_forward_composite(FlatObservationSpace(SPACE), FlatActionSpace(
+            gym.spaces.MultiDiscrete([3, 2])), config)
