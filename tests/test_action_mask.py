@@ -120,3 +120,36 @@ def test_a_multidiscrete_mask_must_cover_every_choice():
     with pytest.raises(ValueError, match=r"MultiDiscrete action space \[3, 2\] \(their sum\) 5"):
         networks.feed_forward_composite(FlatObservationSpace(SPACE), FlatActionSpace(
             gym.spaces.MultiDiscrete([3, 2])), config)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.0])
+def test_dqn_explores_and_acts_within_the_mask(epsilon):
+    """Strict MaskedChoice environments raise on a forbidden action: random exploration
+    (epsilon 1) and greedy actions (epsilon 0) both keep to the masks while DQN trains."""
+    from batchrl import build, environments
+    from batchrl.tools.simulate import simulate
+
+    config = configs.load("default", {
+        "algorithm": "dqn", "env": "batchrl.environments.nested_tasks:MaskedChoice",
+        "num_agents": 4, "max_length": 20, "value_layers": [16], "batch_size": 8,
+        "learning_starts": 8, "replay_capacity": 200, "normalize_observ": False,
+        "exploration": {"type": "epsilon_decay", "initial": epsilon, "final": epsilon,
+                        "steps": 1}})
+    batch_env = environments.create_batch(config)
+    try:
+        built = build.build(config, batch_env, process_eager=False)
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+        def run(log, reset):
+            return simulate(built.batch_env, built.algo, log, reset)
+
+        for _ in range(60):
+            run(False, False)
+        assert int(built.algo.updates.numpy()) > 0
+        # The exported `sample` signature draws its random actions within the masks too.
+        observ = np.concatenate([np.eye(4, 5, k=1), np.zeros((4, 5))], 1).astype(np.float32)
+        draws = [built.algo.policy_action(observ, None, tf.random.Generator.from_seed(seed))[0]
+                 for seed in range(20)]
+        np.testing.assert_array_equal(np.stack(draws), np.tile(np.arange(1, 5), (20, 1)))
+    finally:
+        batch_env.close()

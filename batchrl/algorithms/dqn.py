@@ -46,7 +46,10 @@ class DQN(off_policy.OffPolicyAlgorithm):
     `target_update_every` updates (rate 1: the periodic copy of Mnih et al.). Actions are
     epsilon-greedy while training (`exploration`, default `{type: epsilon_decay, initial:
     1.0, final: 0.05, steps: 10000}`), greedy otherwise and in exported models (`sample`:
-    epsilon-greedy with the final epsilon).
+    epsilon-greedy with the final epsilon). With an observation's `action_mask` (a `Dict`
+    observation's entry, 1 where an action may be taken), the forbidden actions are never
+    greedy, never drawn at random, and never a target's maximum (their Q values count as
+    -1e9).
 
     Args:
       as for `OffPolicyAlgorithm`; config also `double_q` and `dueling`. `value_lr` is the
@@ -70,6 +73,10 @@ class DQN(off_policy.OffPolicyAlgorithm):
 
     def _build_networks(self, batch_env, config):
         self._count = int(batch_env.action_space.n)
+        self._mask = getattr(batch_env.observation_space, "action_mask", None)
+        if self._mask is not None and self._mask[1] != self._count:
+            raise ValueError(f"the observation's action_mask has {self._mask[1]} elements, "
+                             f"the Discrete action space {self._count} actions")
         observ = tf.zeros((1,) + self._observ_shape)
 
         torso = config.get("torso")  # Declared layers (`build` makes the factory).
@@ -90,25 +97,48 @@ class DQN(off_policy.OffPolicyAlgorithm):
         return {"policy": self._q, "target_policy": self._target_q,
                 "policy_optimizer": self._optimizer}
 
+    def _allowed(self, observ):
+        """bool `[batch, num_actions]`, the actions the observations' `action_mask` allows
+        (observations `[batch, n]`, flat); None without a mask."""
+        if self._mask is None:
+            return None
+        offset, size = self._mask
+        return observ[..., offset:offset + size] > 0.5
+
+    def _masked_q(self, observ, q=None):
+        """Q(s, .) of `self._q` (or the given `q` values), -1e9 for the actions the
+        observation's mask forbids: never the greedy action, never a target's maximum."""
+        q = self._q(observ) if q is None else q
+        allowed = self._allowed(observ)
+        return q if allowed is None else tf.where(allowed, q, -1e9)
+
     def _greedy_action(self, observ):
-        return tf.argmax(self._q(observ), -1, output_type=tf.int32)
+        return tf.argmax(self._masked_q(observ), -1, output_type=tf.int32)
 
     def _explore_action(self, observ):
         return self._greedy_action(observ)
+
+    def _exploration_kwargs(self, observ):
+        return {"allowed": self._allowed(observ)}
 
     def _sampled_action(self, observ, generator):
         greedy = self._greedy_action(observ)
         count = tf.shape(greedy)
         final = self._exploration.spec.get("final", 0.0)
-        random = tf.cast(tf.floor(generator.uniform(count) * self._count), tf.int32)
-        return tf.where(generator.uniform(count) < final, tf.minimum(random, self._count - 1),
-                        greedy)
+        allowed = self._allowed(observ)
+        if allowed is None:
+            random = tf.cast(tf.floor(generator.uniform(count) * self._count), tf.int32)
+            random = tf.minimum(random, self._count - 1)
+        else:
+            random = exploration_lib.uniform_allowed(allowed, generator)
+        return tf.where(generator.uniform(count) < final, random, greedy)
 
     def _update_step(self, batch):
         config = self._config
+        nextob = batch["nextob"]
         target = tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], self._q(batch["nextob"]),
-            self._target_q(batch["nextob"]), bool(config.double_q)))
+            batch["reward"], batch["discount"], self._masked_q(nextob),
+            self._masked_q(nextob, self._target_q(nextob)), bool(config.double_q)))
         action = tf.cast(batch["action"], tf.int32)
         with tf.GradientTape() as tape:
             q = tf.gather(self._q(batch["observ"]), action, batch_dims=1)

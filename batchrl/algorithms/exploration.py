@@ -109,7 +109,7 @@ class Exploration(tf.Module):
         zeros = tf.zeros(tf.concat([tf.shape(rows)[:1], tf.shape(self._noise)[1:]], 0))
         return self._noise.scatter_nd_update(rows, zeros)
 
-    def __call__(self, agent_indices, action, steps, generator):
+    def __call__(self, agent_indices, action, steps, generator, allowed=None):
         """The explored actions.
 
         Args:
@@ -118,6 +118,8 @@ class Exploration(tf.Module):
             `[n]` indices.
           steps: int64 scalar, environment steps trained so far (for `epsilon_decay`).
           generator: the `tf.random.Generator` to draw with.
+          allowed: None, or bool `[n, num_actions]`, the actions an observation's mask
+            allows: `epsilon_decay`'s random actions are drawn among them.
 
         Returns:
           Actions of the same shape and dtype.
@@ -128,7 +130,10 @@ class Exploration(tf.Module):
         if kind == "epsilon_decay":
             count = tf.shape(action)[0]
             explore = generator.uniform([count]) < epsilon(self.spec, steps)
-            random = generator.uniform([count], 0, self._num_actions, dtype=tf.int32)
+            if allowed is None:
+                random = generator.uniform([count], 0, self._num_actions, dtype=tf.int32)
+            else:
+                random = uniform_allowed(allowed, generator)
             return tf.where(explore, tf.cast(random, action.dtype), action)
         if kind == "gaussian":
             noise = self.spec["std"] * generator.normal(tf.shape(action))
@@ -140,3 +145,11 @@ class Exploration(tf.Module):
             tf.shape(state))
         with tf.control_dependencies([self._noise.scatter_nd_update(rows, state)]):
             return tf.clip_by_value(action + state, -1.0, 1.0)
+
+
+def uniform_allowed(allowed, generator):
+    """int32 `[n]`: for each row of bool `allowed` (`[n, num_actions]`, at least one True
+    a row), one of its allowed actions, each equally likely (the largest of i.i.d. uniform
+    draws, kept where allowed)."""
+    draws = generator.uniform(tf.shape(allowed), 1e-6, 1.0)
+    return tf.argmax(tf.where(allowed, draws, 0.0), -1, output_type=tf.int32)

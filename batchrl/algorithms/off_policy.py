@@ -220,6 +220,11 @@ class OffPolicyAlgorithm:
             return self._greedy_action(normalized), state
         return self._sampled_action(normalized, generator), state
 
+    def _exploration_kwargs(self, observ):
+        """Keyword arguments of the exploration for these (normalized) observations: none
+        here; DQN passes the actions an observation's mask allows."""
+        return {}
+
     def begin_episodes(self, agent_indices):
         """Drops the given agents' pending n-step transitions and zeroes their
         exploration noise (int32 `[n]`)."""
@@ -239,7 +244,8 @@ class OffPolicyAlgorithm:
 
             def explore():
                 action = self._explore_action(normalized)
-                return self._exploration(agent_indices, action, self._step, self._random)
+                return self._exploration(agent_indices, action, self._step, self._random,
+                                         **self._exploration_kwargs(normalized))
 
             action = tf.cond(tf.convert_to_tensor(self._is_training), explore,
                              lambda: self._greedy_action(normalized))
