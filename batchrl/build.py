@@ -87,8 +87,9 @@ def check(config):
 
     Raises:
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
-        episode length limit, `jit_step` with an environment stepped outside TensorFlow, or
-        `preprocessing` or `share_layers` with a preset network.
+        episode length limit, `jit_step` with an environment stepped outside TensorFlow,
+        `preprocessing` or `share_layers` with a preset network, or a `normalize` step with
+        `normalize_observ`.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -106,6 +107,11 @@ def check(config):
             raise configs.ConfigError(
                 f"config key {key!r} needs a network of declared layers (network: a list "
                 f"of layers), not the preset {config.network!r}")
+    if config.normalize_observ and network_spec.normalized_keys(config.preprocessing):
+        raise configs.ConfigError(
+            "config key 'preprocessing' has a normalize step and 'normalize_observ' is "
+            "true: choose one (normalize_observ: false to normalize only where the steps "
+            "say)")
     environments.episode_limit(config)
     algorithm_class(config)
 
@@ -159,6 +165,10 @@ def build(config, batch_env, process_eager=True):
     should_log = tf.Variable(True, trainable=False, name="should_log")
     algo_config = configs.Config(config)
     algo_config["network"] = constructor(config.network)
+    normalized = network_spec.normalized_keys(config.preprocessing)
+    if normalized is not None:  # `normalize` steps: the algorithm's observation filter.
+        algo_config["normalize_observ"] = True
+        algo_config["normalize_keys"] = None if normalized is True else normalized
     algo_config["max_length"] = environments.episode_limit(config)
     python_random = random.getstate()
     random.seed(config.seed)

@@ -37,6 +37,12 @@ Preprocessing steps (in the graph, before the layers; part of an exported model)
   axis (`[h, w, c]` to `[h, w, frames * c]`, the oldest first; a new episode's first
   observation fills them all), in the graph (`batchrl.environments.frame_stack`). The
   memories and an exported model hold the stacked observations.
+- `normalize`: the streaming normalization of `normalize_observ` (running mean and
+  standard deviation, clipped to `observ_clip`), first (after `frame_stack`) in a list, or
+  in the list of each `Dict` entry to normalize (the others are left as they are). The
+  algorithm applies it before storing observations (float32 then) and in the exported
+  model; instead of `normalize_observ: true`, which normalizes every entry but an action
+  mask or one-hot elements.
 - `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights), or stacked RGB
   frames `[h, w, 3 k]` to `[h, w, k]`.
 - `resize`: to `height` x `width` (bilinear).
@@ -67,6 +73,7 @@ LAYERS = {
 RECURRENT = ("gru", "lstm")
 PREPROCESSING = {
     "frame_stack": {"frames": None},
+    "normalize": {},
     "scale": {"factor": "space"},
     "grayscale": {},
     "resize": {"height": None, "width": None},
@@ -158,10 +165,27 @@ def check_preprocessing(value, where="config key 'preprocessing'"):
         if step["type"] == "frame_stack":
             raise ConfigError(f"{where}, step {index} (frame_stack): frame_stack stacks the "
                               f"raw observations; make it the first step")
+    first = 1 if checked[0]["type"] == "frame_stack" else 0
+    for index, step in enumerate(checked[first + 1:], first + 2):
+        if step["type"] == "normalize":
+            raise ConfigError(f"{where}, step {index} (normalize): the normalization takes "
+                              f"the raw observations; make it the first step (after "
+                              f"frame_stack)")
     if checked[0]["type"] == "frame_stack" and checked[0]["frames"] < 2:
         raise ConfigError(f"{where}, step 1 (frame_stack): key 'frames' must be at least 2, "
                           f"got {checked[0]['frames']}")
     return checked
+
+
+def normalized_keys(preprocessing):
+    """Which observations a checked `preprocessing` normalizes: None (no `normalize` step),
+    True (a list with one: the whole observation), or the set of `Dict` keys whose lists
+    have one."""
+    if isinstance(preprocessing, dict):
+        keys = {key for key, steps in preprocessing.items()
+                if any(step["type"] == "normalize" for step in steps)}
+        return keys or None
+    return True if any(step["type"] == "normalize" for step in preprocessing) else None
 
 
 def frame_stack_frames(preprocessing):

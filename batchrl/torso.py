@@ -87,9 +87,11 @@ class _Chain(keras.layers.Layer):
 
     def __init__(self, layers, preprocessing, space, defaults, where="network", name="chain"):
         super().__init__(name=name)
-        # The batch of environments stacks the frames (`batchrl.environments.frame_stack`):
-        # the observation arrives stacked.
-        preprocessing = [spec for spec in preprocessing if spec["type"] != "frame_stack"]
+        # The batch of environments stacks the frames (`batchrl.environments.frame_stack`)
+        # and the algorithm normalizes (its observation filter): the observation arrives
+        # stacked and normalized.
+        preprocessing = [spec for spec in preprocessing
+                         if spec["type"] not in ("frame_stack", "normalize")]
         self._steps = [_preprocess(spec, space) for spec in preprocessing]
         self._declared = [_layer(spec, defaults) for spec in layers]
         for index, layer in enumerate(self._declared):  # Tracked for checkpoints.

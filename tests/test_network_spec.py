@@ -293,3 +293,46 @@ def test_a_declared_recurrent_policy_keeps_its_state_and_exports_with_it(tmp_pat
     again = serve(observation=tf.constant(observation), state=out["state"])
     np.testing.assert_allclose(again["action"].numpy(), second, atol=1e-5)
     agent.close()
+
+
+def test_a_normalize_step_normalizes_only_the_entries_that_list_it():
+    from batchrl import build, environments
+    from batchrl.tools.nested import FlatObservationSpace, leaves
+
+    config = configs.load("image_and_cue", {
+        "normalize_observ": False, "num_agents": 2,
+        "preprocessing": {"cue": [{"type": "normalize"}], "image": [{"type": "scale"}]}})
+    batch_env = environments.create_batch(config)
+    try:
+        built = build.build(config, batch_env, process_eager=False)
+    finally:
+        batch_env.close()
+    space = built.batch_env.observation_space
+    assert isinstance(space, FlatObservationSpace)
+    observ_filter = built.algo.checkpoint_state["observ_filter"]
+    cue = [path[0] == "cue" for path, leaf in leaves(space.space)
+           for _ in range(gym.spaces.flatdim(leaf))]
+    assert 0 < sum(cue) < len(cue)
+    np.testing.assert_array_equal(observ_filter._mask, cue)
+    assert observ_filter._center and observ_filter._scale  # Normalizing, where the mask says.
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([{"type": "scale"}, {"type": "normalize"}], "make it the first step"),
+    ([{"type": "frame_stack", "frames": 2}, {"type": "normalize"}], None),
+])
+def test_normalize_comes_first_or_after_frame_stack(steps, message):
+    if message is None:
+        assert network_spec.normalized_keys(network_spec.check_preprocessing(steps)) is True
+    else:
+        with pytest.raises(configs.ConfigError, match=message):
+            network_spec.check_preprocessing(steps)
+
+
+def test_a_normalize_step_and_normalize_observ_are_one_or_the_other():
+    from batchrl import build
+
+    config = configs.load("image_and_cue", {
+        "normalize_observ": True, "preprocessing": {"cue": [{"type": "normalize"}]}})
+    with pytest.raises(configs.ConfigError, match="choose one"):
+        build.check(config)

@@ -79,7 +79,8 @@ class OffPolicyAlgorithm:
         epsilon}`), `save_replay`, `exploration` (None: the subclass's
         `default_exploration`), `target_update_rate`, `target_update_every`, `policy_lr`,
         `value_lr`, `max_gradient_norm`, `jit_update`, `log_every`, `policy_layers`,
-        `value_layers`, `activation`, `seed`.
+        `value_layers`, `activation`, `seed`; optional `normalize_keys` as for
+        `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
       ValueError: a bad `exploration` or `prioritized_replay` spec or action space
@@ -118,7 +119,8 @@ class OffPolicyAlgorithm:
             self._observ_shape, center=config.normalize_observ,
             scale=config.normalize_observ,
             clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space),
+            mask=nested.normalized_elements(batch_env.observation_space,
+                                            config.get("normalize_keys")),
             name="normalize_observ")
         self._random = tf.random.Generator.from_seed(config.seed)
         spec = config.exploration if config.exploration is not None else (

@@ -58,7 +58,8 @@ class OnPolicyAlgorithm:
         `reward_normalizer` (`reward` or `return`) and `seed`, plus whatever the network
         and the subclass read; for a subclass that declares it in `config_keys`,
         `chunk_length` (episodes are stored padded to a multiple of it; None:
-        `max_length`).
+        `max_length`). Optional `normalize_keys`: the `Dict` entries `normalize_observ`
+        normalizes (`batchrl.tools.nested.normalized_elements`; absent or None: all).
 
     The update's skeleton is shared too: `_train` calls the subclass's `_update_step`
     (compiled once, with XLA when the config's `jit_update` is true and the subclass reads
@@ -105,7 +106,8 @@ class OnPolicyAlgorithm:
         self._observ_filter = StreamingNormalize(
             observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
             clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space),
+            mask=nested.normalized_elements(batch_env.observation_space,
+                                            config.get("normalize_keys")),
             name="normalize_observ")
         self._reward_filter = StreamingNormalize(
             (), center=False, scale=config.normalize_reward,

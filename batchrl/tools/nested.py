@@ -133,10 +133,18 @@ class FlatObservationSpace(spaces.Box):
         return f"FlatObservationSpace({self.space})"
 
 
-def normalized_elements(space):
+def normalized_elements(space, keys=None):
     """bool array of the observation shape, the elements an observation normalizer should
-    center and scale, for a `FlatObservationSpace`; None (all of them) for any other space."""
-    return space.normalize if isinstance(space, FlatObservationSpace) else None
+    center and scale, for a `FlatObservationSpace`; None (all of them) for any other space.
+    With `keys` (top-level keys of a `Dict` observation), only the elements of those
+    entries among them."""
+    if not isinstance(space, FlatObservationSpace):
+        return None
+    if keys is None:
+        return space.normalize
+    listed = np.concatenate([np.full(spaces.flatdim(leaf), path[0] in keys)
+                             for path, leaf in leaves(space.space)])
+    return space.normalize & listed
 
 
 def _rescaled(leaf):
