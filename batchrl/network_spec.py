@@ -4,9 +4,10 @@ layers) and `preprocessing` (a list of steps), free of TensorFlow so that config
 A layer or a step is a mapping with a `type` and that type's keys; `check_network` and
 `check_preprocessing` fill in the defaults and return what `batchrl.torso` builds.
 
-For a `Dict` observation, `network` may instead be a mapping
+For a `Dict` or `Tuple` observation, `network` may instead be a mapping
 `{leaves: {KEY: [layers], ...}, merge: concatenate, layers: [layers]}`: each listed entry of
-the observation (a key of the `Dict`) goes through its own layers, the others enter as
+the observation (a key of the `Dict`, an index from 0 of the `Tuple`) goes through its own
+layers, the others enter as
 they are (flattened), all are concatenated in the observation's order, then `layers`
 follow (may be empty); and `preprocessing` a mapping `{KEY: [steps]}`.
 
@@ -104,9 +105,10 @@ def check_network(value):
                           f"several inputs has leaves, merge and layers")
     leaves = value.get("leaves")
     if not isinstance(leaves, dict) or not leaves or not all(
-            isinstance(name, str) for name in leaves):
-        raise ConfigError(f"config key 'network': leaves must map observation keys to "
-                          f"layer lists, got {leaves!r}")
+            isinstance(name, str) or _index(name) for name in leaves):
+        raise ConfigError(f"config key 'network': leaves must map observation keys (of a "
+                          f"Dict, or indices from 0 of a Tuple) to layer lists, got "
+                          f"{leaves!r}")
     merge = value.get("merge", "concatenate")
     if merge not in MERGES:
         raise ConfigError(f"config key 'network': merge is {merge!r}; choices: "
@@ -121,6 +123,10 @@ def check_network(value):
     return {"leaves": checked,
             "merge": merge,
             "layers": check_layers(layers, "config key 'network', layers") if layers else []}
+
+
+def _index(name):
+    return isinstance(name, int) and not isinstance(name, bool) and name >= 0
 
 
 def check_layers(value, where="config key 'network'"):

@@ -144,8 +144,9 @@ class Torso(keras.layers.Layer):
     float32 `[batch, time, features]`.
 
     For a list of layers, the observation goes through `preprocessing` and the layers. For
-    a mapping (`{leaves, merge, layers}`, a `Dict` observation flattened as
-    `batchrl.tools.nested.FlatObservationSpace`), each listed entry of the observation is
+    a mapping (`{leaves, merge, layers}`, a `Dict` or `Tuple` observation flattened as
+    `batchrl.tools.nested.FlatObservationSpace`; a `Tuple`'s entries named by their indices
+    from 0), each listed entry of the observation is
     cut out of the flat vector, given its own shape, and goes through its preprocessing
     (`preprocessing[KEY]`) and layers; the other entries stay flat; all are concatenated
     in the observation's order and go through `layers`.
@@ -154,7 +155,7 @@ class Torso(keras.layers.Layer):
       layers: checked layers (`network_spec.check_network`).
       preprocessing: checked preprocessing (`network_spec.check_preprocessing`).
       observation_space: the `Box` of one observation (its shape; its bound for `scale`),
-        or the `FlatObservationSpace` of a `Dict`.
+        or the `FlatObservationSpace` of a `Dict` or a `Tuple`.
       activation: the default activation (config key `activation`).
       orthogonal: the default initializer is orthogonal (config key `orthogonal_init`),
         else Glorot uniform.
@@ -163,8 +164,9 @@ class Torso(keras.layers.Layer):
       ValueError: a layer or a step that does not fit the shape it receives (an image
         layer on a vector, a kernel larger than its input, a crop outside the image), or
         layers that do not end in a vector; a mapping of leaves for an observation that is
-        not a `Dict`, or naming a key it does not have; preprocessing of another form than
-        the layers'. The message names the leaf, and the layer by position and type.
+        neither a `Dict` nor a `Tuple`, or naming a key it does not have; preprocessing of
+        another form than the layers'. The message names the leaf, and the layer by
+        position and type.
     """
 
     def __init__(self, layers, preprocessing, observation_space, activation="relu",
@@ -204,32 +206,40 @@ class Torso(keras.layers.Layer):
             self._outputs.by_input = None
 
     def _leaf_chains(self, layers, preprocessing, observation_space, defaults):
-        """`(offset, size, chain or None)` of each entry of the `Dict` observation."""
+        """`(offset, size, chain or None)` of each entry of the `Dict` or `Tuple`
+        observation (a `Tuple`'s entries named by their indices)."""
         space = getattr(observation_space, "space", None)
-        if not isinstance(space, gym.spaces.Dict):
-            raise ValueError(f"network lists leaves ({', '.join(layers['leaves'])}), but the "
-                             f"observation space {observation_space} is not a Dict")
+        if isinstance(space, gym.spaces.Dict):
+            entries = list(space.spaces.items())
+        elif isinstance(space, gym.spaces.Tuple):
+            entries = list(enumerate(space.spaces))
+        else:
+            raise ValueError(f"network lists leaves ({', '.join(map(str, layers['leaves']))}), "
+                             f"but the observation space {observation_space} is not a Dict "
+                             f"or a Tuple")
         preprocessing = preprocessing or {}
         if not isinstance(preprocessing, dict):
             raise ValueError("the network lists leaves: give preprocessing per leaf too "
                              "({KEY: [steps]})")
-        for what, names in (("network leaves", layers["leaves"]),
-                            ("preprocessing", preprocessing)):
-            unknown = sorted(set(names) - set(space.spaces))
+        listed = {str(key): value for key, value in layers["leaves"].items()}
+        steps = {str(key): value for key, value in preprocessing.items()}
+        keys = [str(key) for key, _ in entries]
+        for what, names in (("network leaves", listed), ("preprocessing", steps)):
+            unknown = sorted(set(names) - set(keys))
             if unknown:
                 raise ValueError(f"{what} name {unknown[0]!r}, which the observation does "
-                                 f"not have; its keys: {', '.join(space.spaces)}")
+                                 f"not have; its keys: {', '.join(keys)}")
         parts, offset = [], 0
-        for key, leaf in space.spaces.items():
+        for key, leaf in entries:
             size = gym.spaces.flatdim(leaf)
             chain = None
-            if key in layers["leaves"]:
+            if str(key) in listed:
                 leaf_space = leaf if isinstance(leaf, gym.spaces.Box) else gym.spaces.Box(
                     0.0, 1.0, (size,), np.float32)
-                chain = _Chain(layers["leaves"][key], preprocessing.get(key, []), leaf_space,
+                chain = _Chain(listed[str(key)], steps.get(str(key), []), leaf_space,
                                defaults, f"network leaf {key!r}", name=f"leaf_{key}")
                 setattr(self, f"_leaf_{key}", chain)
-            elif key in preprocessing:
+            elif str(key) in steps:
                 raise ValueError(f"preprocessing names {key!r}, which the network does not "
                                  f"list among its leaves")
             parts.append((offset, size, chain))

@@ -213,6 +213,24 @@ def test_each_listed_leaf_has_its_own_layers_before_the_merge():
         [tf.zeros([1, 5]), image(pixels), tf.zeros([1, 3])], -1))[0], rtol=1e-5)
 
 
+def test_a_tuple_observation_names_its_entries_by_index():
+    from batchrl.tools.nested import FlatObservationSpace
+
+    space = gym.spaces.Tuple((gym.spaces.Box(0, 255, (8, 8, 1), np.uint8),
+                              gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
+    network = network_spec.check_network({"leaves": {0: LEAVES["leaves"]["image"]},
+                                          "layers": [{"type": "dense", "units": 7}]})
+    torso = Torso(network, network_spec.check_preprocessing({0: [{"type": "scale"}]}),
+                  FlatObservationSpace(space))
+    assert [(size, chain.output_size if chain else None)
+            for _, size, chain in torso._parts] == [(64, 6), (2, None)]
+    assert torso(np.zeros((1, 1, 66), np.float32)).shape == (1, 1, 7)
+    with pytest.raises(ValueError, match="name '2', which the observation does not have; "
+                                         "its keys: 0, 1"):
+        Torso(network_spec.check_network({"leaves": {2: [{"type": "flatten"}]}}), {},
+              FlatObservationSpace(space))
+
+
 @pytest.mark.parametrize("network, preprocessing, message", [
     ({**LEAVES, "leaves": {"cue": [{"type": "conv2d", "filters": 2, "kernel": 1}]}}, None,
      r"network leaf 'cue' layer 1 \(conv2d\) needs an image"),

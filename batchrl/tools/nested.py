@@ -136,13 +136,14 @@ class FlatObservationSpace(spaces.Box):
 def normalized_elements(space, keys=None):
     """bool array of the observation shape, the elements an observation normalizer should
     center and scale, for a `FlatObservationSpace`; None (all of them) for any other space.
-    With `keys` (top-level keys of a `Dict` observation), only the elements of those
-    entries among them."""
+    With `keys` (top-level keys of a `Dict` observation, or indices of a `Tuple`), only the
+    elements of those entries among them."""
     if not isinstance(space, FlatObservationSpace):
         return None
     if keys is None:
         return space.normalize
-    listed = np.concatenate([np.full(spaces.flatdim(leaf), path[0] in keys)
+    keys = {str(key) for key in keys}  # A Tuple's indices may come as text.
+    listed = np.concatenate([np.full(spaces.flatdim(leaf), str(path[0]) in keys)
                              for path, leaf in leaves(space.space)])
     return space.normalize & listed
 
