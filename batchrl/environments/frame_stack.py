@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from batchrl.environments.in_graph import BatchVariablesView
+from batchrl.environments.in_graph import WrappingView
 
 
 def stacked_space(observation_space, frames):
@@ -23,7 +23,7 @@ def stacked_space(observation_space, frames):
                           dtype=observation_space.dtype)
 
 
-class FrameStack(BatchVariablesView):
+class FrameStack(WrappingView):
     """An in-graph batch of environments whose observations are each agent's last `frames`
     observations of `batch_env`, joined on the last axis, the oldest first.
 
@@ -60,17 +60,6 @@ class FrameStack(BatchVariablesView):
         self._observ, self._action = observ, batch_env.action
         self._reward, self._done = batch_env.reward, batch_env.done
         self._terminated = batch_env.terminated
-
-    def __len__(self):
-        return len(self._batch_env)
-
-    def __getitem__(self, index):
-        return self._batch_env[index]
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._batch_env, name)
 
     def simulate(self, action):
         """Steps `batch_env` (its `simulate`) and pushes each agent's new observation onto

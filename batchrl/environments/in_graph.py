@@ -82,7 +82,23 @@ class BatchVariablesView:
         return self._terminated
 
 
-class InGraphBatchEnv(BatchVariablesView):
+class WrappingView(BatchVariablesView):
+    """A `BatchVariablesView` around the batch `self._batch_env`: `len()`, `[i]` and other
+    attributes (not private ones) reach it."""
+
+    def __len__(self):
+        return len(self._batch_env)
+
+    def __getitem__(self, index):
+        return self._batch_env[index]
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._batch_env, name)
+
+
+class InGraphBatchEnv(WrappingView):
     """Steps and resets a `BatchEnv` from inside a `tf.function`.
 
     The current batch lives in non-trainable variables, all with a leading batch dimension
@@ -132,17 +148,6 @@ class InGraphBatchEnv(BatchVariablesView):
                                                 name="interrupted")
         # What `BatchEnv.step` returns: observation, reward, terminated, truncated.
         self._step_shapes = ((batch,) + self._observ_shape, (batch,), (batch,), (batch,))
-
-    def __len__(self):
-        return len(self._batch_env)
-
-    def __getitem__(self, index):
-        return self._batch_env[index]
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._batch_env, name)
 
     @property
     def interrupted(self):
