@@ -102,6 +102,29 @@ def test_policy_loss_terms():
     assert float(bonus["loss"]) == pytest.approx(float(result["loss"]) - 0.1 * 2.0, rel=1e-5)
 
 
+def test_clipped_surrogate_and_its_gradient():
+    """arXiv:1707.06347, eq. 7, with epsilon 0.2: ratio 2.0 with A = 1 is clipped to 1.2
+    (no gradient); 1.0 with A = -1 is inside the range; 0.5 with A = 2 keeps r A = 1.0,
+    the smaller of it and 0.8 A = 1.6 (with gradient); padded steps count for nothing."""
+    mask = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    log_prob = tf.Variable(np.log(np.array([[2.0, 1.0, 9.0], [0.5, 9.0, 9.0]], np.float32)))
+    adv = np.array([[1.0, -1.0, 5.0], [2.0, 5.0, 5.0]], np.float32)
+    kl = np.array([[0.01, 0.03, 9.0], [0.05, 9.0, 9.0]], np.float32)
+    with tf.GradientTape() as tape:
+        result = losses.policy_loss(log_prob, np.zeros((2, 3), np.float32), adv, kl, mask,
+                                    penalty=2.0, kl_target=0.01, kl_cutoff_factor=2.0,
+                                    kl_cutoff_coef=1000.0, clip_ratio=0.2)
+    surrogate = -(1.2 * 1.0 + 1.0 * -1.0 + 0.5 * 2.0) / 3
+    assert float(result["surrogate"]) == pytest.approx(surrogate, rel=1e-5)
+    assert float(result["loss"]) == pytest.approx(surrogate, rel=1e-5)  # No KL terms.
+    assert float(result["kl_penalty"]) == float(result["cutoff_penalty"]) == 0.0
+    assert float(result["kl"]) == pytest.approx((0.01 + 0.03 + 0.05) / 3, rel=1e-5)
+    # d(-r A / 3) / d log r = -r A / 3 where unclipped; 0 where clipped or padded.
+    gradient = tape.gradient(result["loss"], log_prob).numpy()
+    np.testing.assert_allclose(gradient, [[0.0, 1.0 / 3, 0.0], [-1.0 / 3, 0.0, 0.0]],
+                               rtol=1e-5, atol=1e-7)
+
+
 def test_value_loss():
     mask = np.array([[1, 0]], np.float32)
     got = losses.value_loss(np.array([[1.0, 5.0]], np.float32),

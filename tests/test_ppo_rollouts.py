@@ -145,3 +145,15 @@ def test_value_coef_weighs_the_value_loss_in_the_joint_step():
     assert not np.allclose(policy_before, algo.networks.policy.trainable_variables[-1].numpy())
     for old, new in zip(before, head, strict=True):  # No gradient: Adam leaves it as it was.
         np.testing.assert_array_equal(old, new.numpy())
+
+
+def test_the_clipped_surrogate_trains_without_the_kl_terms():
+    _, algo, run = _setup([(3, 3), (5, 5)], clip_ratio=0.2)
+    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    for _ in range(7):
+        run(False, False)
+    result = algo._update()  # On the 7 steps of each row so far.
+    after = algo.networks.policy.trainable_variables
+    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+    assert float(result["policy_loss"]) == pytest.approx(float(result["surrogate"]))
+    assert float(result["kl"]) > 0  # Measured still, for the summaries.

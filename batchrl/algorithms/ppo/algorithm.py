@@ -47,6 +47,10 @@ class PPO(OnPolicyAlgorithm):
     last layer), which Yu et al., arXiv:2103.01955, recommend for PPO ("value
     normalization").
 
+    With `clip_ratio` (epsilon), the policy loss is PPO's clipped surrogate instead
+    (Schulman et al., arXiv:1707.06347, eq. 7), without the KL penalty and the cut-off; the
+    KL is still measured and the penalty adapted, for the summaries only.
+
     The importance ratio of the surrogate is always taken against the stored policy that
     acted (its parameters are stored with every step). The KL penalty, the cut-off and the
     penalty's adaptation measure the KL from the reference policy `kl_reference`:
@@ -63,8 +67,8 @@ class PPO(OnPolicyAlgorithm):
         `kl_init_penalty`, `max_gradient_norm` (None for no clipping), `batch_size`
         (None for full batches), `kl_reference` (`behaviour` or `update_start`),
         `jit_update` (compile the update with XLA), `entropy_coef`, `lr_schedule` and
-        `kl_schedule` (`constant` or `linear`), `normalize_value`, `value_coef` and
-        `steps`.
+        `kl_schedule` (`constant` or `linear`), `normalize_value`, `value_coef`,
+        `clip_ratio` and `steps`.
     """
 
     name = "ppo"
@@ -74,7 +78,7 @@ class PPO(OnPolicyAlgorithm):
         "update_epochs", "chunk_length", "batch_size", "policy_lr", "value_lr",
         "gae_lambda", "kl_target", "kl_cutoff_factor", "kl_cutoff_coef", "kl_init_penalty",
         "max_gradient_norm", "kl_reference", "jit_update", "entropy_coef", "lr_schedule",
-        "kl_schedule", "normalize_value", "rollout_length", "value_coef"}
+        "kl_schedule", "normalize_value", "rollout_length", "value_coef", "clip_ratio"}
     histograms = ("advantage", "action")
     # The least fraction of `kl_target` that `kl_schedule: linear` decays to.
     kl_target_floor = 0.1
@@ -326,4 +330,4 @@ class PPO(OnPolicyAlgorithm):
             new.log_prob(minibatch["action"]), minibatch["old_log_prob"],
             minibatch["advantage"], reference.kl(new), minibatch["mask"], self._penalty,
             self._kl_target(), config.kl_cutoff_factor, config.kl_cutoff_coef,
-            new.entropy(), config.entropy_coef)
+            new.entropy(), config.entropy_coef, config.clip_ratio)

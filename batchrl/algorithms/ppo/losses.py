@@ -1,4 +1,5 @@
-"""Losses of PPO with an adaptive KL penalty and a KL cut-off penalty.
+"""Losses of PPO with an adaptive KL penalty and a KL cut-off penalty, or the clipped
+surrogate.
 
 Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347, section 4
 (adaptive KL penalty coefficient); Heess et al., "Emergence of Locomotion Behaviours in Rich
@@ -12,7 +13,8 @@ from batchrl.algorithms.advantage import importance_ratio, masked, masked_mean
 
 
 def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
-                kl_cutoff_factor, kl_cutoff_coef, entropy=None, entropy_coef=0.0):
+                kl_cutoff_factor, kl_cutoff_coef, entropy=None, entropy_coef=0.0,
+                clip_ratio=None):
     """Penalized surrogate objective of PPO, to be minimized.
 
     `L = -E[r_t A_t] + beta * E[KL] + kl_cutoff_coef * E_rows[max(0, KL_e - c)^2]
@@ -33,20 +35,30 @@ def policy_loss(log_prob, old_log_prob, advantage, kl, mask, penalty, kl_target,
       kl_target, kl_cutoff_factor, kl_cutoff_coef: floats.
       entropy: optional float32 `[rows, time]`, the current policy's entropy in nats.
       entropy_coef: float >= 0, the weight of the entropy bonus (used with `entropy`).
+      clip_ratio: None, or epsilon > 0 for the clipped surrogate instead (arXiv:1707.06347,
+        eq. 7): `L = -E[min(r_t A_t, clip(r_t, 1 - epsilon, 1 + epsilon) A_t)]
+        - entropy_coef * E[H]`, without the KL penalty and the cut-off (reported as 0).
 
     Returns:
       dict of float32 scalars: `loss` (the total), `surrogate`, `kl`, `kl_penalty`,
       `cutoff_penalty`, `cutoff_count` (rows whose KL exceeds the cut-off).
     """
     ratio = importance_ratio(log_prob, tf.stop_gradient(old_log_prob), mask)
-    surrogate = -masked_mean(ratio * masked(tf.stop_gradient(advantage), mask), mask)
+    advantage = masked(tf.stop_gradient(advantage), mask)
     mean_kl = masked_mean(kl, mask)
     episode_kl = masked_mean(kl, mask, axis=1)
     cutoff = kl_cutoff_factor * kl_target
     over = tf.nn.relu(episode_kl - cutoff)
     valid_episodes = tf.cast(tf.reduce_sum(mask, 1) > 0, tf.float32)
-    cutoff_penalty = kl_cutoff_coef * masked_mean(tf.square(over), valid_episodes)
-    kl_penalty = penalty * mean_kl
+    if clip_ratio is None:
+        surrogate = -masked_mean(ratio * advantage, mask)
+        cutoff_penalty = kl_cutoff_coef * masked_mean(tf.square(over), valid_episodes)
+        kl_penalty = penalty * mean_kl
+    else:
+        clipped = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+        surrogate = -masked_mean(tf.minimum(ratio * advantage, clipped * advantage), mask)
+        cutoff_penalty = kl_penalty = tf.constant(0.0)
+        over = tf.zeros_like(over)
     loss = surrogate + kl_penalty + cutoff_penalty
     if entropy is not None and entropy_coef:
         loss -= entropy_coef * masked_mean(entropy, mask)
