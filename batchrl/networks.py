@@ -60,24 +60,38 @@ def _tracked(owner, prefix, layers):
     return tuple(layers)
 
 
+def dense_layers(units, activation="relu", orthogonal=False):
+    """The hidden layers of a preset, written as declared layers (`batchrl.network_spec`):
+    one checked `dense` layer of each size of `units`, with `activation`, and orthogonal
+    kernels (gain sqrt 2, Saxe et al., arXiv:1312.6120; the gain used by most PPO
+    implementations) with `orthogonal`, else Keras' Glorot-uniform default."""
+    initializer = "orthogonal" if orthogonal else "glorot_uniform"
+    return network_spec.check_layers([
+        {"type": "dense", "units": int(size), "activation": activation,
+         "initializer": initializer} for size in units]) if len(units) else []
+
+
 class _MLP(keras.layers.Layer):
     """Dense layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`.
 
     Args:
-      units: sizes of the layers.
-      activation: `relu` or `tanh`.
-      orthogonal: initialize the kernels orthogonally with gain sqrt(2) (Saxe et al.,
-        arXiv:1312.6120; the gain used by most PPO implementations), instead of Keras'
-        Glorot-uniform default.
+      layers: checked `dense` layers (`dense_layers`). Layers of one initializer share one
+        initializer object, and with it its seed, as the presets always have.
     """
 
-    def __init__(self, units, activation="relu", orthogonal=False, name=None):
+    def __init__(self, layers, name=None):
         super().__init__(name=name)
-        initializer = (keras.initializers.Orthogonal(gain=math.sqrt(2)) if orthogonal
-                       else "glorot_uniform")
-        self._dense = _tracked(self, "dense", [
-            keras.layers.Dense(size, activation=activation, kernel_initializer=initializer)
-            for size in units])
+        initializers = {}
+        dense = []
+        for spec in layers:
+            if spec["initializer"] not in initializers:
+                initializers[spec["initializer"]] = (
+                    keras.initializers.Orthogonal(gain=math.sqrt(2))
+                    if spec["initializer"] == "orthogonal" else spec["initializer"])
+            dense.append(keras.layers.Dense(
+                spec["units"], activation=spec["activation"],
+                kernel_initializer=initializers[spec["initializer"]]))
+        self._dense = _tracked(self, "dense", dense)
 
     def call(self, observ):
         observ = tf.cast(observ, tf.float32)
@@ -85,6 +99,10 @@ class _MLP(keras.layers.Layer):
         for layer in self._dense:
             hidden = layer(hidden)
         return hidden
+
+
+def _mlp(units, activation, orthogonal, name):
+    return _MLP(dense_layers(units, activation, orthogonal), name=name)
 
 
 class _GaussianHead(keras.layers.Layer):
@@ -129,7 +147,7 @@ class GaussianPolicy(keras.Model):
     def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
                  orthogonal=False, name="policy", hidden=None):
         super().__init__(name=name)
-        self._hidden = hidden if hidden is not None else _MLP(
+        self._hidden = hidden if hidden is not None else _mlp(
             units, activation, orthogonal, name="hidden")
         self.state_size = int(getattr(self._hidden, "state_size", 0))
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
@@ -160,7 +178,7 @@ class RecurrentGaussianPolicy(keras.Model):
         if not units:
             raise ValueError("recurrent_gaussian needs at least one layer size (the GRU)")
         self.state_size = int(units[-1])
-        self._encoder = _MLP(units[:-1], activation, orthogonal, name="encoder")
+        self._encoder = _mlp(units[:-1], activation, orthogonal, name="encoder")
         self._rnn = keras.layers.RNN(
             keras.layers.GRUCell(self.state_size), return_sequences=True, return_state=True,
             name="gru")
@@ -193,7 +211,7 @@ class CategoricalPolicy(keras.Model):
     def __init__(self, num_actions, units, init_mean_factor, activation="relu",
                  orthogonal=False, name="policy", hidden=None, action_mask=None):
         super().__init__(name=name)
-        self._hidden = hidden if hidden is not None else _MLP(
+        self._hidden = hidden if hidden is not None else _mlp(
             units, activation, orthogonal, name="hidden")
         self.state_size = int(getattr(self._hidden, "state_size", 0))
         self._logits = keras.layers.Dense(
@@ -282,7 +300,7 @@ class CompositePolicy(keras.Model):
                  orthogonal=False, name="policy", hidden=None, action_mask=None):
         super().__init__(name=name)
         self._action_mask = action_mask
-        self._hidden = hidden if hidden is not None else _MLP(
+        self._hidden = hidden if hidden is not None else _mlp(
             units, activation, orthogonal, name="hidden")
         layers = []
         for index, (kind, argument) in enumerate(heads):
@@ -317,7 +335,7 @@ class ValueNetwork(keras.Model):
 
     def __init__(self, units, activation="relu", orthogonal=False, name="value", hidden=None):
         super().__init__(name=name)
-        self._hidden = hidden if hidden is not None else _MLP(
+        self._hidden = hidden if hidden is not None else _mlp(
             units, activation, orthogonal, name="hidden")
         self._output = keras.layers.Dense(
             1, kernel_initializer=(keras.initializers.Orthogonal(gain=1.0) if orthogonal
@@ -506,6 +524,29 @@ def _with_last(layers, last):
     listed = layers if isinstance(layers, list) else layers["layers"]
     listed = listed[:-1] + ([] if last is None else [last])
     return listed if isinstance(layers, list) else dict(layers, layers=listed)
+
+
+def preset_layers(name, config):
+    """The hidden layers of the preset `name` for `config`, as declared layers
+    (`batchrl.network_spec`): `{"policy": [...], "value": [...]}`. Every preset puts
+    `dense_layers` of `policy_layers` and `value_layers` before its heads;
+    `recurrent_gaussian` ends the policy's list in a `gru` layer of `policy_layers[-1]`
+    units. The preset networks are built from these lists (with one initializer object
+    per list, so that they are the same networks, and train the same, as before the
+    presets were written this way).
+
+    Raises:
+      KeyError: `name` is not a preset of `NETWORKS`.
+    """
+    NETWORKS[name]  # noqa: B018 (the KeyError of an unknown name)
+    hidden = _hidden(config)
+    units = list(config.policy_layers)
+    if name == "recurrent_gaussian":
+        policy = dense_layers(units[:-1], **hidden) + network_spec.check_layers(
+            [{"type": "gru", "units": int(units[-1])}])
+    else:
+        policy = dense_layers(units, **hidden)
+    return {"policy": policy, "value": dense_layers(config.value_layers, **hidden)}
 
 
 def torso_factory(config):

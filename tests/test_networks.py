@@ -99,3 +99,36 @@ def test_a_checkpoint_of_the_networks_alone_restores_every_weight(name, space, t
         assert len(after) == len(before) >= 3
         for old, new in zip(before, after, strict=True):
             np.testing.assert_array_equal(new.numpy(), old.numpy(), err_msg=new.path)
+
+
+@pytest.mark.parametrize("name, action_space", [
+    ("feed_forward_gaussian", gym.spaces.Box(-1, 1, (2,), np.float32)),
+    ("recurrent_gaussian", gym.spaces.Box(-1, 1, (2,), np.float32)),
+    ("feed_forward_categorical", gym.spaces.Discrete(3)),
+    ("feed_forward_composite", gym.spaces.Box(-1, 1, (2,), np.float32)),
+])
+@pytest.mark.parametrize("orthogonal", [False, True])
+def test_presets_are_built_from_their_declared_layers(name, action_space, orthogonal):
+    from batchrl import network_spec, networks
+
+    config = configs.load("default", {"policy_layers": [12, 8], "value_layers": [6],
+                                      "activation": "tanh", "orthogonal_init": orthogonal})
+    declared = networks.preset_layers(name, config)
+    assert declared["policy"] == network_spec.check_layers(declared["policy"])
+    built = NETWORKS[name](gym.spaces.Box(-1, 1, (3,), np.float32), action_space, config)
+    recurrent = name == "recurrent_gaussian"
+    policy_mlp = built.policy._encoder if recurrent else built.policy._hidden
+    for mlp, layers in ((policy_mlp, declared["policy"]),
+                        (built.value._hidden, declared["value"])):
+        dense = [spec for spec in layers if spec["type"] == "dense"]
+        assert len(mlp._dense) == len(dense)
+        for layer, spec in zip(mlp._dense, dense, strict=True):
+            assert layer.units == spec["units"]
+            assert layer.activation.__name__ == spec["activation"] == "tanh"
+            kind = type(layer.kernel_initializer).__name__
+            assert kind == ("Orthogonal" if orthogonal else "GlorotUniform")
+    if recurrent:
+        assert declared["policy"][-1] == {"type": "gru", "units": 8}
+        assert built.policy.state_size == 8
+    else:
+        assert [spec["units"] for spec in declared["policy"]] == [12, 8]
