@@ -161,7 +161,8 @@ def test_envpool_task_without_a_gymnasium_twin_is_a_one_line_error(run_dir, tmp_
         "env: Pendulum-v1", "env: envpool:CheetahRun-v1"))
     result = _run("visualize", f"--logdir={logdir}", f"--outdir={tmp_path / 'o'}")
     _assert_one_line_error(result, "cannot render envpool:CheetahRun-v1: EnvPool has no "
-                                   "renderer, and Gymnasium has no environment")
+                                   "renderer, Gymnasium has no environment of the id "
+                                   "'CheetahRun-v1', and its observations are not images")
 
 
 @pytest.mark.parametrize("config, overrides", [
@@ -182,6 +183,36 @@ def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
         frames = [frame for frame in reader]
     assert int(length) == len(frames) == 5
     assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.
+
+
+def test_atari_on_envpool_is_shown_through_its_observations(tmp_path):
+    logdir = tmp_path / "pong"
+    result = _run("train", "--config=pong", f"--logdir={logdir}", "--set", "steps=32",
+                  "--set", "num_agents=2", "--set", "rollout_length=8", "--set",
+                  "batch_size=8", "--set", "eval_every=32", "--set", "eval_episodes=0")
+    assert result.returncode == 0, result.stderr
+    outdir = tmp_path / "videos"
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",
+                  "--episodes=1", "--max-steps=40")
+    assert result.returncode == 0, result.stderr
+    (_, _, length, video), = EPISODE.findall(result.stdout)
+    with imageio.get_reader(video) as reader:
+        assert reader.get_meta_data()["fps"] == 15  # 60 / EnvPool's frame skip of 4.
+        frames = [frame for frame in reader]
+    assert int(length) == len(frames) == 40
+    assert all(frame.shape == (84, 84, 3) for frame in frames)  # The observations' size.
+    assert np.ptp(np.stack(frames)) > 50  # A picture, not a blank.
+
+
+def test_an_observation_shows_its_newest_frame():
+    from batchrl.scripts.visualize import observation_frame
+
+    stack = np.stack([np.full((6, 8), value, np.uint8) for value in (10, 20, 30, 40)])
+    np.testing.assert_array_equal(observation_frame(stack), np.full((6, 8, 3), 40))
+    np.testing.assert_array_equal(observation_frame(np.moveaxis(stack, 0, -1)),
+                                  np.full((6, 8, 3), 40))  # Stacked channels last.
+    rgb = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
+    np.testing.assert_array_equal(observation_frame(rgb), rgb)
 
 
 def test_tiny_and_float_frames_become_uint8_frames_of_at_least_160_pixels():

@@ -3,7 +3,10 @@
 
 Loads the run's `config.yaml` and its latest checkpoint (or `--checkpoint`), plays the
 mean-action policy (`is_training` false) for `--episodes` episodes, one after the other in
-a single environment created with `render_mode="rgb_array"`, and writes into OUT_DIR:
+a single environment created with `render_mode="rgb_array"` (an EnvPool task that Gymnasium
+does not have, as Atari's, in one EnvPool environment whose image observations are the
+frames: the newest of each stack, at 60 / `frame_skip` frames per second), and writes into
+OUT_DIR:
 
 - `episode-000.mp4`, `episode-001.mp4`, ...: one video per episode (H.264 through
   imageio-ffmpeg) at the environment's `metadata["render_fps"]` (30 when it has none). It
@@ -50,6 +53,8 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # No X11/Wayland for pygame's
 # TensorFlow is imported inside the functions, so that `--help` and errors are instant.
 
 DEFAULT_FPS = 30
+# The Atari 2600's frames per second; EnvPool's tasks show one of every `frame_skip`.
+ATARI_FPS = 60
 
 
 def find_run(logdir, checkpoint=None):
@@ -169,6 +174,20 @@ def video_frame(image):
     return image
 
 
+def observation_frame(observ):
+    """The picture an image observation shows, for tasks without a renderer (EnvPool's
+    Atari): uint8 `[h, w, 3]`. An RGB `[h, w, 3]` image as it is; a grayscale one
+    (`[h, w]`, `[h, w, 1]`) in gray; of stacked frames, the newest: the last of a
+    channels-first stack (`[k, h, w]`, EnvPool's) or the last channel of a channels-last
+    one (`[h, w, k]`, `frame_stack`'s)."""
+    observ = np.asarray(observ)
+    if observ.ndim == 3 and observ.shape[-1] == 3:
+        return observ
+    if observ.ndim == 3:
+        observ = observ[-1] if observ.shape[0] < observ.shape[-1] else observ[..., -1]
+    return np.repeat(observ[..., None], 3, axis=-1)
+
+
 def _write_json(path, data):
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -198,8 +217,9 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
 
     Raises:
       ConfigError: the config names an unknown environment or network, or an EnvPool task
-        without a Gymnasium environment of the same id to render it, or the checkpoint
-        does not fit the agent of the config (variables of other shapes).
+        without a Gymnasium environment of the same id to render it and without image
+        observations to show, or the checkpoint does not fit the agent of the config
+        (variables of other shapes).
     """
     import imageio.v2 as imageio
     import tensorflow as tf
@@ -214,20 +234,29 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
     build_lib.check(config)
     limit = environments.episode_limit(config)
     limit = min(max_steps, limit) if max_steps else limit
+    seed = config.seed if seed is None else seed
     # An in-graph or EnvPool environment is rendered through its Gymnasium equivalent (the
-    # same dynamics); EnvPool's keyword arguments are its own, not Gymnasium's.
+    # same dynamics); EnvPool's keyword arguments are its own, not Gymnasium's. An EnvPool
+    # task without one (Atari) shows its image observations.
     env_id = environments.gymnasium_id(config.env)
     if env_id is None:
-        raise configs.ConfigError(
-            f"cannot render {config.env}: EnvPool has no renderer, and Gymnasium has no "
-            f"environment of the id {environments.envpool_task(config.env)!r}")
-    kwargs = None if environments.envpool_task(config.env) else config.env_kwargs
-    env = ExternalProcess(functools.partial(_create_env, env_id, limit, kwargs),
-                          name=f"{env_id} (rendering)")
-    batch_env = BatchEnv([env], blocking=False)
+        batch_env = _envpool_of_images(config, limit, seed)
+        fps = ATARI_FPS / int(config.env_kwargs.get("frame_skip", 4))
+    else:
+        kwargs = None if environments.envpool_task(config.env) else config.env_kwargs
+        env = ExternalProcess(functools.partial(_create_env, env_id, limit, kwargs),
+                              name=f"{env_id} (rendering)")
+        batch_env = BatchEnv([env], blocking=False)
+        fps = _fps(env)
     try:
-        batch_env.reset(seed=config.seed if seed is None else seed)
+        if env_id is not None:
+            batch_env.reset(seed=seed)
         agent = build_lib.build(config, batch_env)
+        if env_id is None:
+            def render():
+                return observation_frame(agent.batch_env.observ.numpy()[0])
+        else:
+            render = env.render
         restore(agent, checkpoint)
         agent.is_training.assign(False)
         agent.should_log.assign(False)
@@ -237,7 +266,6 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
         def step_function(reset):
             return simulate(agent.batch_env, agent.algo, False, reset)
 
-        fps = _fps(env)
         outdir = pathlib.Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
         records = []
@@ -257,7 +285,7 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
                     done, score = step_function(tf.constant(reset))
                     reset = False
                     done, score = bool(done.numpy()[0]), float(score.numpy()[0])
-                    writer.append_data(video_frame(env.render()))
+                    writer.append_data(video_frame(render()))
                     length += 1
                     bar.update(1)
                 writer.close()
@@ -276,6 +304,29 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
         return records
     finally:
         batch_env.close()
+
+
+def _envpool_of_images(config, limit, seed):
+    """One EnvPool environment of the config's task, for a task Gymnasium cannot render.
+
+    Raises:
+      ConfigError: the task is not an EnvPool one, or its observations are not images.
+    """
+    from batchrl import environments
+
+    task = environments.envpool_task(config.env)
+    space = None
+    if task:
+        batch_env = environments.create_batch(configs.Config(
+            config, num_agents=1, seed=seed, max_length=limit))
+        space = batch_env.observation_space
+        if getattr(space, "dtype", None) == np.uint8 and len(space.shape) >= 2:
+            return batch_env
+        batch_env.close()
+    raise configs.ConfigError(
+        f"cannot render {config.env}: EnvPool has no renderer, Gymnasium has no environment "
+        f"of the id {task!r}, and its observations are not images"
+        + (f" ({space})" if space is not None else ""))
 
 
 def _positive_int(text):
