@@ -1,6 +1,6 @@
-"""Policy and value networks: presets selected by name with the config key `network`, or
-networks of declared layers (`network` a list of layers, or one list per observation leaf:
-`declared`).
+"""Policy and value networks: presets selected by name with the config key `network`
+(their hidden layers written as declared layers: `preset_layers`), or networks of declared
+layers (`network` a list of layers, or one list per observation leaf: `declared`).
 
 A network constructor is called as `constructor(observation_space, action_space, config)`
 and returns `Networks(policy, value, distribution)`:
@@ -538,7 +538,8 @@ def preset_layers(name, config):
     Raises:
       KeyError: `name` is not a preset of `NETWORKS`.
     """
-    NETWORKS[name]  # noqa: B018 (the KeyError of an unknown name)
+    if name not in NETWORKS:
+        raise KeyError(f"no preset network {name!r}; presets: {', '.join(NETWORKS)}")
     hidden = _hidden(config)
     units = list(config.policy_layers)
     if name == "recurrent_gaussian":
@@ -563,12 +564,8 @@ def torso_factory(config):
     if _split_recurrent(config.network)[1] is not None:
         raise ValueError("the off-policy algorithms take feed-forward layers; a gru or lstm "
                          "layer needs ppo (or trpo, a2c)")
-    return functools.partial(_new_torso, config.network, config.preprocessing,
+    return functools.partial(Torso, config.network, config.preprocessing,
                              activation=config.activation, orthogonal=config.orthogonal_init)
-
-
-def _new_torso(layers, preprocessing, observation_space, activation, orthogonal):
-    return Torso(layers, preprocessing, observation_space, activation, orthogonal)
 
 
 def is_declared(network):
