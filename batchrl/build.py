@@ -120,8 +120,12 @@ def build(config, batch_env, process_eager=True):
     """The agent of `config` acting in `batch_env`.
 
     Wraps `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
-    `batchrl.envs`) and builds the config's algorithm with a global step (int64, training
-    environment steps) and the `is_training` / `should_log` variables.
+    `batchrl.envs`), and that in a `FrameStack` for a `frame_stack` preprocessing step, and
+    builds the config's algorithm with a global step (int64, training environment steps)
+    and the `is_training` / `should_log` variables. `normalize` preprocessing steps turn on
+    the algorithm's observation normalizer for the observation or the entries that list
+    them; an off-policy algorithm gets a `torso` factory for declared layers
+    (`networks.torso_factory`).
 
     The networks' initial weights are a function of `config.seed` alone, and the process's
     random generators are left as they were: Keras draws the seeds of the networks'
