@@ -49,7 +49,8 @@ from batchrl.scripts import plot, quiet, run_summary, train
 DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole": 500.0,
                       "pendulum_trpo": -250.0, "pendulum_sac": -200.0, "cartpole_dqn": 500.0,
                       "minatar_breakout": 28.0, "minatar_space_invaders": 131.0,
-                      "masked_choice": 14.0, "image_and_cue": 18.0}
+                      "minatar_breakout_native": 28.0, "minatar_breakout_dqn": 28.0,
+                      "masked_choice": 14.0, "image_and_cue": 18.0, "pong": 0.0}
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issues "Learn fast" and "From the command to the
 # answer"; published tuned PPO results at 1M steps: Stable-Baselines3 rl-zoo), shown beside
@@ -85,7 +86,11 @@ TARGETS = {
     # SpaceInvaders 131), reached within 5M; the test tasks of masks and of two inputs
     # reach their thresholds (14 of the best allowed choices' 14.6; 18 of 20).
     "minatar_breakout": dict(max_steps=5_000_000),
+    "minatar_breakout_native": dict(max_steps=5_000_000),
+    "minatar_breakout_dqn": dict(max_steps=5_000_000),
     "minatar_space_invaders": dict(max_steps=5_000_000),
+    # Pong: an eval return >= 0 within 1.5 hours of training on this machine.
+    "pong": dict(median_seconds=5400),
     "masked_choice": dict(max_steps=60_000),
     "image_and_cue": dict(max_steps=100_000),
 }
