@@ -157,3 +157,5 @@ def test_the_clipped_surrogate_trains_without_the_kl_terms():
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
     assert float(result["policy_loss"]) == pytest.approx(float(result["surrogate"]))
     assert float(result["kl"]) > 0  # Measured still, for the summaries.
+    assert "kl_penalty" not in result and "kl_target" not in result
+    assert float(algo.checkpoint_state["kl_penalty"].numpy()) == 1.0  # Not adapted.

@@ -49,7 +49,7 @@ class PPO(OnPolicyAlgorithm):
 
     With `clip_ratio` (epsilon), the policy loss is PPO's clipped surrogate instead
     (Schulman et al., arXiv:1707.06347, eq. 7), without the KL penalty and the cut-off; the
-    KL is still measured and the penalty adapted, for the summaries only.
+    KL is still measured for the summaries, and the penalty stays as it was.
 
     The importance ratio of the surrogate is always taken against the stored policy that
     acted (its parameters are stored with every step). The KL penalty, the cut-off and the
@@ -112,8 +112,9 @@ class PPO(OnPolicyAlgorithm):
         compile it; empties the memory.
 
         Returns:
-          dict of float32 scalars for the summaries (`kl`, `kl_penalty`, `entropy`,
-          `mean_return`, the losses and gradient norms of `_optimize`), and the tensors
+          dict of float32 scalars for the summaries (`kl`, `entropy`, `mean_return`, the
+          losses and gradient norms of `_optimize`, and without `clip_ratio` `kl_penalty`
+          and `kl_target`), and the tensors
           `mask`, `advantage` and `action` of the memory, `[update_every, memory_length,
           ...]`, for the histograms.
         """
@@ -147,11 +148,11 @@ class PPO(OnPolicyAlgorithm):
                 new = self._distribution(self._replay(observ))
             reference = self._distribution(reference_params)
             change = parts.policy_change(reference, new, mask)
-            penalty = self._penalty.assign(
-                losses.adapted_penalty(self._penalty, change["kl"], self._kl_target()))
+            if config.clip_ratio is None:  # The clipped surrogate has no KL terms.
+                change.update(kl_target=self._kl_target(), kl_penalty=self._penalty.assign(
+                    losses.adapted_penalty(self._penalty, change["kl"], self._kl_target())))
         return self._finish_update(dict(
-            metrics, **change, kl_penalty=penalty,
-            mean_return=advantage_lib.masked_mean(target, mask), kl_target=self._kl_target(),
+            metrics, **change, mean_return=advantage_lib.masked_mean(target, mask),
             mask=mask, advantage=advantage, action=action))
 
     def _value(self, observ):
