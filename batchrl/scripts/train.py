@@ -199,10 +199,11 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
       started_at: optional epoch seconds at which the command started; once the step
         function is traced, a line gives the seconds from it to the first training step,
         of which start-up and tracing.
-      filter_logs: while training, drop the harmless ERROR lines that TensorFlow logs when
-        it loads a cached XLA program (`compile_cache.HIT_LOG_LINES`), if the cache is on
-        and the C++ logs are at the quiet level: the command's own process only, as
-        `sys.stderr` is replaced meanwhile (`quiet.filtered_stderr`).
+      filter_logs: while training, drop the harmless ERROR lines that TensorFlow logs for
+        uint8 ops (`quiet.HARMLESS_LOG_LINES`) and, if the cache is on, when it loads a
+        cached XLA program (`compile_cache.HIT_LOG_LINES`), when the C++ logs are at the
+        quiet level: the command's own process only, as `sys.stderr` is replaced
+        meanwhile (`quiet.filtered_stderr`).
 
     Returns:
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
@@ -248,9 +249,11 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
                   flush=True)
         try:
             ready = None if config.eager else (lambda: _print_ready(loop))
-            # Loading a cached XLA program logs harmless ERROR lines; a quiet run drops them.
-            with quiet.filtered_stderr(compile_cache.HIT_LOG_LINES, enabled=(
-                    filter_logs and compile_cache.enabled() and quiet.is_quiet())):
+            # Loading a cached XLA program, and uint8 ops, log harmless ERROR lines; a
+            # quiet run drops them.
+            harmless = quiet.HARMLESS_LOG_LINES + (
+                compile_cache.HIT_LOG_LINES if compile_cache.enabled() else ())
+            with quiet.filtered_stderr(harmless, enabled=filter_logs and quiet.is_quiet()):
                 results = loop.run(on_phase=on_phase, on_ready=ready)
         except (Interrupted, KeyboardInterrupt):
             path = loop.save()
