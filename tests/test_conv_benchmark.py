@@ -1,5 +1,5 @@
 """benchmarks/conv.py: the forward pass's FLOP count against a hand count (a shared torso
-counted once), and a brief measurement on MinAtar Breakout (no timing is asserted)."""
+counted once), and a brief measurement on MinAtar SpaceInvaders (no timing is asserted)."""
 
 import gymnasium as gym
 import numpy as np
@@ -25,9 +25,9 @@ def test_forward_flops_by_hand(share):
 
 
 def test_measures_a_convolutional_ppo_step(capsys):
-    assert conv.main(["--config", "minatar_breakout", "--set", "num_agents=2",
+    assert conv.main(["--config", "minatar_space_invaders", "--set", "num_agents=2",
                       "--set", "batch_size=16", "--steps", "2", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("minibatch step (separate layers, batch 16): ")
     assert "GFLOP/s; matmul chain: " in lines[1] and " ratio " in lines[1]
-    assert lines[2].startswith("minibatch steps alone (3 epochs): ")
+    assert lines[2].startswith("minibatch steps alone (4 epochs): ")
