@@ -91,6 +91,7 @@ class PPO(OnPolicyAlgorithm):
             self._value_filter = StreamingNormalize((), name="value_normalize") if (
                 config.normalize_value) else None
         self._shared_torso = parts.shared_torso(self._networks)
+        self._value_coef = float(config.value_coef)  # The joint step's (shared torso).
         if self._shared_torso is None:
             self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
                                    keras.optimizers.Adam(config.value_lr))
@@ -301,7 +302,7 @@ class PPO(OnPolicyAlgorithm):
                 tf.GradientTape() as tape:
             value_loss = self._value_loss(minibatch)
             policy = self._policy_loss(minibatch)
-            loss = policy["loss"] + self._config.value_coef * value_loss
+            loss = policy["loss"] + self._value_coef * value_loss
         norm = self._apply(tape, loss, self._joint_variables(), self._policy_optimizer)
         return self._losses(value_loss, policy), {"gradient_norm": norm}
 
