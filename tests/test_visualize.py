@@ -165,6 +165,17 @@ def test_envpool_task_without_a_gymnasium_twin_is_a_one_line_error(run_dir, tmp_
                                    "'CheetahRun-v1', and its observations are not images")
 
 
+def _played(logdir, outdir, steps):
+    """`visualize` of one episode of at most `steps` steps of the run in `logdir`: `(length
+    it reports, the video's frames, the video's frames per second)`."""
+    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",
+                  "--episodes=1", f"--max-steps={steps}")
+    assert result.returncode == 0, result.stderr
+    (_, _, length, video), = EPISODE.findall(result.stdout)
+    with imageio.get_reader(video) as reader:
+        return int(length), [frame for frame in reader], reader.get_meta_data()["fps"]
+
+
 @pytest.mark.parametrize("config, overrides", [
     ("pendulum_native", ["--set", "steps_per_call=10"]),
     ("pendulum", ["--set", "env=envpool:Pendulum-v1"]),
@@ -174,14 +185,8 @@ def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
     logdir = tmp_path / "run"
     result = _run("train", f"--config={config}", f"--logdir={logdir}", *SHORT, *overrides)
     assert result.returncode == 0, result.stderr
-    outdir = tmp_path / "videos"
-    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",
-                  "--episodes=1", "--max-steps=5")
-    assert result.returncode == 0, result.stderr
-    (_, _, length, video), = EPISODE.findall(result.stdout)
-    with imageio.get_reader(video) as reader:
-        frames = [frame for frame in reader]
-    assert int(length) == len(frames) == 5
+    length, frames, _ = _played(logdir, tmp_path / "videos", 5)
+    assert length == len(frames) == 5
     assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.
 
 
@@ -192,15 +197,9 @@ def test_atari_on_envpool_is_shown_through_its_observations(tmp_path):
                   "batch_size=8", "--set", "eval_every=32", "--set", "eval_episodes=0")
     assert result.returncode == 0, result.stderr
     assert "oneDNN supports DT_UINT8" not in result.stderr  # A harmless line, dropped.
-    outdir = tmp_path / "videos"
-    result = _run("visualize", f"--logdir={logdir}", f"--outdir={outdir}",
-                  "--episodes=1", "--max-steps=40")
-    assert result.returncode == 0, result.stderr
-    (_, _, length, video), = EPISODE.findall(result.stdout)
-    with imageio.get_reader(video) as reader:
-        assert reader.get_meta_data()["fps"] == 15  # 60 / EnvPool's frame skip of 4.
-        frames = [frame for frame in reader]
-    assert int(length) == len(frames) == 40
+    length, frames, fps = _played(logdir, tmp_path / "videos", 40)
+    assert fps == 15  # 60 / EnvPool's frame skip of 4.
+    assert length == len(frames) == 40
     assert all(frame.shape == (84, 84, 3) for frame in frames)  # The observations' size.
     assert np.ptp(np.stack(frames)) > 50  # A picture, not a blank.
 
