@@ -83,6 +83,7 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
     the last step's rewards were added), and the bootstrap the value of the episode's
     final observation, normalized with the statistics of the observations acted on before
     its last step, or 0 for a terminated episode."""
+    tf.keras.utils.set_random_seed(0)  # Weights that tell the first and final values apart.
     algorithm, seen = _recorder()
     algo, run = _setup(algorithm, [(3, 3), (5, 5), (4, 4)], truncate=truncate, discount=0.7)
     acted, following = [], []
