@@ -134,7 +134,8 @@ class OffPolicyAlgorithm:
             (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
             int(config.replay_capacity), self._num_agents, n_step=int(config.n_step),
             discount=float(config.discount), prioritized=config.prioritized_replay,
-            seed=config.seed + 1)
+            seed=config.seed + 1, byte_elements=getattr(
+                batch_env.observation_space, "byte_valued", None))
         with tf.name_scope(self.name):
             # Updates owed: updates_per_step per transition, whole ones run at once.
             self._debt = tf.Variable(0.0, trainable=False, name="update_debt")

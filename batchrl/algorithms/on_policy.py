@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.memory import EpisodeMemory
+from batchrl.algorithms.observation_storage import ObservationStorage
 from batchrl.tools import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -103,12 +104,17 @@ class OnPolicyAlgorithm:
         self._networks = config.network(
             batch_env.observation_space, batch_env.action_space, config)
         self._distribution = self._networks.distribution
+        normalized = nested.normalized_elements(batch_env.observation_space,
+                                                config.get("normalize_keys"))
         self._observ_filter = StreamingNormalize(
             observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
             clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space,
-                                            config.get("normalize_keys")),
-            name="normalize_observ")
+            mask=normalized, name="normalize_observ")
+        # The memories keep the byte elements of a nested observation (its images) as uint8,
+        # where the normalizer leaves them as they are.
+        self._observ_storage = ObservationStorage.for_space(
+            batch_env.observation_space, observ_shape, stored_dtype,
+            normalized if config.normalize_observ else None)
         self._reward_filter = StreamingNormalize(
             (), center=False, scale=config.normalize_reward,
             clip=config.reward_clip if config.normalize_reward else None,
@@ -133,7 +139,7 @@ class OnPolicyAlgorithm:
         # Rows of the memory: `update_every` episodes, or one rollout of each agent.
         self._memory_rows = num_agents if self._rollout_length else config.update_every
         template = {
-            "observ": (observ_shape, stored_dtype),
+            **self._observ_storage.specs("observ"),
             "action": (action_shape, batch_env.action.dtype),
             "reward": ((), tf.float32),
         }
@@ -143,7 +149,7 @@ class OnPolicyAlgorithm:
             template["policy_" + key] = (shape, tf.float32)
         if self._rollout_length:
             # What a step's value target needs when its episode ends there, or the rollout.
-            template.update(next_observ=template["observ"], done=((), tf.bool),
+            template.update(self._observ_storage.specs("next_observ"), done=((), tf.bool),
                             terminated=((), tf.bool))
         with tf.name_scope(self.name):
             self._episodes = None if self._rollout_length else EpisodeMemory(
@@ -345,15 +351,16 @@ class OnPolicyAlgorithm:
                 statistics = [self._reward_filter.update(self._reward_statistic(rows, reward))]
                 if not self._raw_observ:
                     statistics.append(self._observ_filter.update(observ))
-            transition = {"observ": normalized, "action": action, "reward": reward}
+            transition = {**self._observ_storage.encode("observ", normalized),
+                          "action": action, "reward": reward}
             if self._recurrent:
                 transition["state"] = tf.gather(self._last_state, agent_indices)
             for key in self._param_shapes:
                 transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
             terminated = tf.gather(self._batch_env.terminated, agent_indices)
             if self._rollout_length:
-                transition.update(next_observ=normalized_next, done=done,
-                                  terminated=terminated)
+                transition.update(self._observ_storage.encode("next_observ", normalized_next),
+                                  done=done, terminated=terminated)
                 with tf.control_dependencies(statistics):
                     stored = self._memory.append(transition, agent_indices)
                 with tf.control_dependencies([stored]):
@@ -449,7 +456,7 @@ class OnPolicyAlgorithm:
         `[E, T, state_size]`, the state each step was acted on."""
         episodes, length = self._memory.data()
         mask = advantage_lib.sequence_mask(length, self._memory_length)
-        observ = episodes["observ"]
+        observ = self._observ_storage.decode("observ", episodes)
         batch = {
             "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
             "reward": advantage_lib.masked(
@@ -458,7 +465,7 @@ class OnPolicyAlgorithm:
         }
         if self._rollout_length:
             batch.update(next_value=advantage_lib.masked(
-                self._value(episodes["next_observ"]), mask),
+                self._value(self._observ_storage.decode("next_observ", episodes)), mask),
                 done=episodes["done"], terminated=episodes["terminated"])
         else:
             not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from batchrl.algorithms.observation_storage import ObservationStorage
 from batchrl.algorithms.sum_tree import SumTree
 
 FIELDS = ("observ", "action", "reward", "discount", "nextob")
@@ -80,6 +81,9 @@ class ReplayMemory(tf.Module):
         `nextob`, or 0 when the window ended with a termination.
       `storage["nextob"]`: like `observ`, the observation k steps later (the final
         observation of the episode when the window reached its end).
+    With `byte_elements`, `observ` and `nextob` each keep their other elements (float32) and
+    `storage["observ_bytes"]`, `storage["nextob_bytes"]` (uint8) the byte elements
+    (`batchrl.algorithms.observation_storage`).
     `size` and `position` (int32 scalars) count the stored transitions (at most `capacity`)
     and give the next row written; the oldest transition is overwritten first. With
     `n_step > 1` each agent has a staging window of its last `n_step - 1` steps.
@@ -96,18 +100,23 @@ class ReplayMemory(tf.Module):
         0.6), `beta` (in [0, 1], default 0.4), `epsilon` (> 0, default 1e-6) for
         proportional prioritization (`True` takes the defaults).
       seed: int, seed of the memory's own `tf.random.Generator`.
+      byte_elements: None, or bool array of the observation shape: for float32 vector
+        observations (flattened nested ones), the elements that are always integers in
+        [0, 255] (pixels, one-hot elements), stored as uint8.
       name: name scope of the variables.
 
     Raises:
       ValueError: if `capacity`, `num_agents` or `n_step` is < 1 or not an int, `discount` is
-        outside [0, 1], a spec is not `(shape, dtype)`, or `prioritized` has an unknown key or
-        a value out of range; the message names the culprit.
+        outside [0, 1], a spec is not `(shape, dtype)`, `prioritized` has an unknown key or
+        a value out of range, or `byte_elements` has another shape; the message names the
+        culprit.
     """
 
     def __init__(self, observ_spec, action_spec, capacity, num_agents, n_step=1, discount=0.99,
-                 prioritized=None, seed=0, name="replay"):
+                 prioritized=None, seed=0, byte_elements=None, name="replay"):
         super().__init__(name=name)
         self._observ_spec = _check_spec(observ_spec, "observ_spec")
+        self._observ_storage = ObservationStorage(*self._observ_spec, byte_elements)
         self._action_spec = _check_spec(action_spec, "action_spec")
         self._capacity = _check_int(capacity, "capacity")
         self._num_agents = _check_int(num_agents, "num_agents")
@@ -126,8 +135,9 @@ class ReplayMemory(tf.Module):
             self._position = tf.Variable(0, dtype=tf.int32, trainable=False, name="position")
             if self._n_step > 1:
                 shape = (self._num_agents, self._n_step - 1)
+                window = self._step_specs()
                 self.window = {
-                    key: tf.Variable(tf.zeros(shape + specs[key][0], specs[key][1]),
+                    key: tf.Variable(tf.zeros(shape + window[key][0], window[key][1]),
                                      trainable=False, name=f"window_{key}")
                     for key in ("observ", "action", "reward")}
                 self._pending = tf.Variable(tf.zeros([self._num_agents], tf.int32),
@@ -138,11 +148,20 @@ class ReplayMemory(tf.Module):
                 self._max_priority = tf.Variable(1.0, trainable=False, name="max_priority")
             self.generator = tf.random.Generator.from_seed(seed)
 
-    def _field_specs(self):
+    def _step_specs(self):
+        """`(shape, dtype)` of each of `FIELDS` in one transition, as `add` takes them."""
         observ, action = self._observ_spec, self._action_spec
         scalar = ((), tf.float32)
         return {"observ": observ, "action": action, "reward": scalar, "discount": scalar,
                 "nextob": observ}
+
+    def _field_specs(self):
+        """`(shape, dtype)` of one row of each storage variable."""
+        specs = self._step_specs()
+        storage = self._observ_storage
+        return {**storage.specs("observ"), "action": specs["action"],
+                "reward": specs["reward"], "discount": specs["discount"],
+                **storage.specs("nextob")}
 
     @property
     def capacity(self):
@@ -299,7 +318,7 @@ class ReplayMemory(tf.Module):
         return self._write(self._cast({key: transitions[key] for key in FIELDS}))
 
     def _cast(self, fields):
-        specs = self._field_specs()
+        specs = self._step_specs()
         return {key: tf.cast(value, specs[key][1]) for key, value in fields.items()}
 
     def _write(self, transitions, emit=None):
@@ -320,8 +339,10 @@ class ReplayMemory(tf.Module):
             keep = emit & (offset >= count - capacity)
             rows = tf.where(keep, (self._position + offset) % capacity, capacity)
             priority_rows = rows
-        writes = [self.storage[key].scatter_nd_update(rows[:, None], transitions[key])
-                  for key in FIELDS]
+        stored = dict(transitions, **self._observ_storage.encode("observ", transitions["observ"]),
+                      **self._observ_storage.encode("nextob", transitions["nextob"]))
+        writes = [variable.scatter_nd_update(rows[:, None], stored[key])
+                  for key, variable in self.storage.items()]
         if self._prioritized:
             priority = tf.fill(tf.shape(priority_rows), self._max_priority.value())
             if keep is not None:
@@ -366,7 +387,9 @@ class ReplayMemory(tf.Module):
             weight = tf.ones([batch_size], tf.float32)
         else:
             index, weight = self._sample_prioritized(batch_size, beta, size)
-        batch = {key: tf.gather(self.storage[key], index) for key in FIELDS}
+        rows = {key: tf.gather(variable, index) for key, variable in self.storage.items()}
+        batch = {key: self._observ_storage.decode(key, rows) if key in ("observ", "nextob")
+                 else rows[key] for key in FIELDS}
         batch["index"] = index
         batch["weight"] = weight
         return batch

@@ -98,6 +98,10 @@ class FlatObservationSpace(spaces.Box):
       space: the nested space.
       normalize: bool `[size]`, the elements that come from `Box` leaves (to be normalized);
         one-hot and binary elements, and those of an action mask, are False.
+      byte_valued: bool `[size]`, the elements whose values are always integers in [0, 255]:
+        those of uint8 and bool `Box` leaves (images, binary frames), one-hot `Discrete` and
+        `MultiDiscrete` elements and `MultiBinary` bits. Memories keep them as uint8 where
+        they are not normalized (`batchrl.algorithms.observation_storage`).
       action_mask: `(offset, size)` of the elements of the `Dict` entry `"action_mask"` (a
         `MultiBinary(n)` or a `Box` of n elements in [0, 1]: 1 where an action may be
         taken), or None when there is none; the policy masks its logits with it.
@@ -118,6 +122,8 @@ class FlatObservationSpace(spaces.Box):
             np.full(spaces.flatdim(leaf), isinstance(leaf, spaces.Box)
                     and path != (ACTION_MASK,))
             for path, leaf in leaves(space)])
+        self.byte_valued = np.concatenate([
+            np.full(spaces.flatdim(leaf), _byte_valued(leaf)) for _, leaf in leaves(space)])
         self.action_mask = None
         offset = 0
         for path, leaf in leaves(space):
@@ -131,6 +137,13 @@ class FlatObservationSpace(spaces.Box):
 
     def __repr__(self):
         return f"FlatObservationSpace({self.space})"
+
+
+def _byte_valued(leaf):
+    """Whether every element of the leaf's flattened values is an integer in [0, 255]."""
+    if isinstance(leaf, spaces.Box):
+        return np.dtype(leaf.dtype) in (np.uint8, np.bool_)
+    return True  # One-hot indices and bits.
 
 
 def normalized_elements(space, keys=None):
