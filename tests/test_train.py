@@ -82,8 +82,8 @@ def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
     unread |= {"update_every=2"} if off_policy else set()
     tiny = [arg for pair in zip(TINY[::2], TINY[1::2], strict=True) if pair[1] not in unread
             for arg in pair]
-    if off_policy:  # Updates within the 400 steps.
-        tiny += ["--set", "learning_starts=100"]
+    if off_policy:  # Updates within the 400 steps, and a memory of no more.
+        tiny += ["--set", "learning_starts=100", "--set", "replay_capacity=400"]
     assert train.main([f"--config={name}", f"--logdir={tmp_path}", *tiny]) == 0
     assert (tmp_path / "ckpt-400.index").exists()
     output = capsys.readouterr().out
