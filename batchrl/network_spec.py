@@ -33,11 +33,12 @@ or `he_uniform` (default: the config key `orthogonal_init` chooses the first or 
 Preprocessing steps (in the graph, before the layers; part of an exported model):
 - `scale`: float32 times `factor` (default: 1 / the observation space's upper bound, so
   uint8 pixels land in [0, 1] and binary frames stay 0 / 1).
-- `frame_stack`: `frames` (at least 2); the first step of a list, and not per leaf: the
-  batch of environments keeps each agent's last `frames` observations, joined on the last
-  axis (`[h, w, c]` to `[h, w, frames * c]`, the oldest first; a new episode's first
-  observation fills them all), in the graph (`batchrl.environments.frame_stack`). The
-  memories and an exported model hold the stacked observations.
+- `frame_stack`: `frames` (at least 2); the first step of a list (of the observation, or
+  of a `Box` entry of a `Dict` / `Tuple` observation): the batch of environments keeps
+  each agent's last `frames` observations (of the entry), joined on the last axis (`[h, w,
+  c]` to `[h, w, frames * c]`, the oldest first; a new episode's first observation fills
+  them all), in the graph (`batchrl.environments.frame_stack`). The memories and an
+  exported model hold the stacked observations.
 - `normalize`: the streaming normalization of `normalize_observ` (running mean and
   standard deviation, clipped to `observ_clip`), first (after `frame_stack`) in a list, or
   in the list of each `Dict` entry to normalize (the others are left as they are). The
@@ -158,12 +159,8 @@ def check_preprocessing(value, where="config key 'preprocessing'"):
     none), or for a `Dict` observation a mapping of its keys to such lists. Raises
     `ConfigError` as `check_layers` does."""
     if isinstance(value, dict):
-        checked = {name: check_preprocessing(steps, f"{where}, leaf {name!r}")
-                   for name, steps in value.items()}
-        if any(frame_stack_frames(steps) for steps in checked.values()):
-            raise ConfigError(f"{where}: frame_stack stacks whole observations; list it in "
-                              f"a preprocessing list, not per leaf")
-        return checked
+        return {name: check_preprocessing(steps, f"{where}, leaf {name!r}")
+                for name, steps in value.items()}
     if value == []:
         return []
     checked = _check_list(value, where, PREPROCESSING, "step")
@@ -195,9 +192,13 @@ def normalized_keys(preprocessing):
 
 
 def frame_stack_frames(preprocessing):
-    """The `frames` of a checked preprocessing list's `frame_stack` step, or None."""
-    if isinstance(preprocessing, list) and preprocessing and (
-            preprocessing[0]["type"] == "frame_stack"):
+    """The `frames` of a checked preprocessing list's `frame_stack` step; for a mapping of
+    `Dict` entries to lists, a dict of the entries with one to their `frames`
+    (`batchrl.environments.frame_stack.FrameStack` takes either); None without one."""
+    if isinstance(preprocessing, dict):
+        frames = {str(key): frame_stack_frames(steps) for key, steps in preprocessing.items()}
+        return {key: count for key, count in frames.items() if count} or None
+    if preprocessing and preprocessing[0]["type"] == "frame_stack":
         return preprocessing[0]["frames"]
     return None
 

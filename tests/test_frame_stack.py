@@ -79,11 +79,82 @@ def test_simulate_resets_fill_the_stack_with_the_first_frame():
     ([{"type": "scale"}, {"type": "frame_stack", "frames": 4}], "make it the first step"),
     ([{"type": "frame_stack", "frames": 1}], "at least 2"),
     ([{"type": "frame_stack"}], "missing key 'frames'"),
-    ({"image": [{"type": "frame_stack", "frames": 4}]}, "not per leaf"),
+    ({"image": [{"type": "scale"}, {"type": "frame_stack", "frames": 4}]},
+     "leaf 'image', step 2 .* make it the first step"),
 ])
 def test_frame_stack_is_checked_with_the_config(steps, message):
     with pytest.raises(configs.ConfigError, match=message):
         network_spec.check_preprocessing(steps)
+
+
+class _Recorded(gym.Wrapper):
+    """Keeps every observation the environment returns (before any flattening)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.observations = []
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        self.observations.append(observation)
+        return observation, info
+
+    def step(self, action):
+        result = self.env.step(action)
+        self.observations.append(result[0])
+        return result
+
+
+def test_stacks_the_frames_of_a_dict_entry_and_leaves_the_others():
+    from batchrl import build
+    from batchrl.environments.nested_tasks import ImageAndCue
+    from batchrl.environments.wrappers import standard_wrappers
+
+    recorded = [_Recorded(ImageAndCue()) for _ in range(2)]
+    envs = [standard_wrappers(env, max_episode_steps=length)
+            for env, length in zip(recorded, (2, 3), strict=True)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+        recorded[index].observations.clear()
+    config = configs.load("image_and_cue", {
+        "preprocessing": {"image": [{"type": "frame_stack", "frames": FRAMES},
+                                    {"type": "scale"}]},
+        "update_every": 2, "batch_size": 2})
+    built = build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
+    batch_env, algo = built.batch_env, built.algo
+    assert batch_env.observation_space.space["image"].shape == (8, 8, FRAMES)
+    assert batch_env.observation_space.shape == (1 + 64 * FRAMES,)
+    assert algo._memory.fields["observ_bytes"].shape[-1] == 64 * FRAMES  # Kept as bytes.
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    def run(log, reset):
+        return simulate(batch_env, algo, log, reset)
+
+    stacks, seen, began = [None, None], [0, 0], 0
+    for _ in range(8):
+        run(False, False)
+        for index, env in enumerate(recorded):
+            new = env.observations[seen[index]:]
+            seen[index] = len(env.observations)
+            if len(new) == 2:  # A new episode: its first image fills the stack.
+                began += 1
+                stacks[index] = [new[0]["image"]] * FRAMES
+            stacks[index] = stacks[index][1:] + [new[-1]["image"]]
+            expected = np.concatenate([new[-1]["cue"],
+                                       np.concatenate(stacks[index], -1).reshape(-1)])
+            np.testing.assert_array_equal(batch_env.observ.numpy()[index], expected)
+    assert began > 2  # Episodes ended and began again.
+
+
+def test_stacked_space_of_dict_entries_names_a_bad_entry():
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (2, 2, 1), np.uint8),
+                             "choice": gym.spaces.Discrete(2)})
+    stacked = stacked_space(space, {"image": 4})
+    assert stacked["image"].shape == (2, 2, 4) and stacked["choice"] == space["choice"]
+    with pytest.raises(ValueError, match="Box observation entry 'choice' with at least one"):
+        stacked_space(space, {"choice": 2})
+    with pytest.raises(ValueError, match="entry 'imag': the observation has the entries"):
+        stacked_space(space, {"imag": 2})
 
 
 def test_stacked_space_repeats_the_bounds_on_the_last_axis():
