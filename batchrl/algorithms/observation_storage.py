@@ -22,8 +22,9 @@ class ObservationStorage:
 
     A field `name` of a memory becomes `name` (float32 `[..., n - k]`, the other elements in
     their order; left out when k = n) and `name_bytes` (uint8 `[..., k]`) for the k byte
-    elements; `decode` gives back the float32 `[..., n]` observation exactly. Without byte elements (or for an
-    observation that is not a float32 vector) the field is kept as one, in its dtype.
+    elements; `decode` gives back the float32 `[..., n]` observation exactly. Without byte
+    elements (or for an observation that is not a float32 vector) the field is kept as one,
+    in its dtype.
 
     Args:
       shape: tuple, the shape of one observation.
