@@ -274,6 +274,35 @@ def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
     assert not np.allclose(before, kernel.numpy())
 
 
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_sac_and_td3_train_declared_convolutions_of_their_own(algorithm):
+    from batchrl import build
+
+    envs = [MockEnvironment((9, 9, 3), (2,), 2, 7, observ_dtype=np.uint8) for _ in range(3)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    config = _config(algorithm, network=CONV, preprocessing=[{"type": "scale"}],
+                     normalize_observ=False, max_length=20, value_layers=[8])
+    built = build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
+    algo = built.algo
+    assert algo.memory.storage["observ"].dtype == tf.uint8
+    models = {key: value for key, value in algo.checkpoint_state.items()
+              if key in ("policy", "critic", "target_policy", "target_critic")}
+    kernels = {key: [v for v in model.variables if len(v.shape) == 4]
+               for key, model in models.items()}
+    assert len(kernels["policy"]) == 1 and len(kernels["critic"]) == 2  # A torso per Q.
+    every = [id(v) for group in kernels.values() for v in group]
+    assert len(every) == len(set(every)), "no torso is shared"
+    before = {key: [v.numpy().copy() for v in group] for key, group in kernels.items()}
+    run = _run(built.batch_env, algo)
+    for _ in range(20):
+        _, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    for key in ("policy", "critic"):  # Both Q functions' convolutions learn.
+        assert all(not np.allclose(a, b.numpy())
+                   for a, b in zip(before[key], kernels[key], strict=True)), key
+
+
 def test_off_policy_networks_refuse_a_recurrent_layer():
     from batchrl import build
 

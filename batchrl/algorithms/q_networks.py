@@ -48,15 +48,27 @@ class TwinQ(keras.Model):
     Called as `q(observ, action)` with observ `[batch, ...]` and action float32 `[batch,
     action_size]`; returns float32 `[heads, batch]`.
 
+    With `torsos`, each Q function first maps the observation through its own torso (a
+    declared network's layers, e.g. convolutions) and takes the torso's output, concatenated
+    with the action, into its hidden layers.
+
     Args:
       units: sizes of the hidden layers.
       activation: of the hidden layers.
       heads: number of Q functions (2 for the twin Q of SAC and TD3).
+      torsos: None, or `heads` layers of `[batch, time, *observation_shape] -> [batch,
+        time, n]` (`batchrl.torso.Torso`), one per Q function.
     """
 
-    def __init__(self, units, activation="relu", heads=2, name="q"):
+    def __init__(self, units, activation="relu", heads=2, name="q", torsos=None):
         super().__init__(name=name)
         self.heads = heads
+        self._torsos = torsos is not None
+        if torsos is not None:
+            if len(torsos) != heads:
+                raise ValueError(f"TwinQ: {len(torsos)} torsos for {heads} heads")
+            for index, torso in enumerate(torsos):  # Attributes: tracked for checkpoints.
+                setattr(self, f"_torso{index}", _PerStep(torso, name=f"torso{index}"))
         for index, size in enumerate(units):
             setattr(self, f"_hidden{index}",
                     _StackedDense(heads, size, activation, name=f"hidden{index}"))
@@ -64,8 +76,17 @@ class TwinQ(keras.Model):
         self._output = _StackedDense(heads, 1, name="output")
 
     def call(self, observ, action):
-        inputs = tf.concat([_flat(observ), tf.cast(action, tf.float32)], -1)
-        hidden = tf.broadcast_to(inputs[None], tf.concat([[self.heads], tf.shape(inputs)], 0))
+        action = tf.cast(action, tf.float32)
+        if not self._torsos:
+            inputs = tf.concat([_flat(observ), action], -1)
+            hidden = tf.broadcast_to(inputs[None],
+                                     tf.concat([[self.heads], tf.shape(inputs)], 0))
+        else:
+            features = tf.stack([getattr(self, f"_torso{index}")(observ)
+                                 for index in range(self.heads)])
+            actions = tf.broadcast_to(action[None], tf.concat(
+                [[self.heads], tf.shape(action)], 0))
+            hidden = tf.concat([features, actions], -1)
         for index in range(self._depth):
             hidden = getattr(self, f"_hidden{index}")(hidden)
         return self._output(hidden)[..., 0]
@@ -98,13 +119,15 @@ class SquashedGaussianActor(keras.Model):
       action_size: number of action dimensions.
       units: sizes of the hidden layers.
       activation: of the hidden layers.
+      hidden: None, or a layer to use instead of the MLP, as for `QNetwork`.
     """
 
     state_size = 0
 
-    def __init__(self, action_size, units, activation="relu", name="actor"):
+    def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, name="hidden")
+        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
+                        else _PerStep(hidden))
         self._mean = keras.layers.Dense(action_size, name="mean")
         self._log_std = keras.layers.Dense(action_size, name="log_std")
 
@@ -140,14 +163,15 @@ class DeterministicActor(keras.Model):
     [-1, 1] (Fujimoto et al. 2018, arXiv:1802.09477, appendix C).
 
     Args:
-      action_size, units, activation: as for `SquashedGaussianActor`.
+      action_size, units, activation, hidden: as for `SquashedGaussianActor`.
     """
 
     state_size = 0
 
-    def __init__(self, action_size, units, activation="relu", name="actor"):
+    def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = _MLP(units, activation, name="hidden")
+        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
+                        else _PerStep(hidden))
         self._output = keras.layers.Dense(action_size, activation="tanh", name="action")
 
     def call(self, observ):

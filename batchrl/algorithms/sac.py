@@ -37,7 +37,11 @@ class SAC(off_policy.OffPolicyAlgorithm):
       as for `OffPolicyAlgorithm`; config also `target_entropy` (None: -action size) and
       `init_temperature` (alpha at the start, > 0). `policy_lr` is the actor's and the
       temperature's learning rate, `value_lr` the critics'; `policy_layers` and
-      `value_layers` the hidden sizes of the actor and of each Q function.
+      `value_layers` the hidden sizes of the actor and of each Q function. With declared
+      layers (config key `network`; `torso`, made by `batchrl.build`), the actor and each
+      Q function (and their targets) get a torso of their own in place of the
+      observation's MLP: the actor's replaces `policy_layers`; each Q function's output,
+      joined with the action, goes through `value_layers` (may be empty).
 
     Raises:
       ValueError: if the actions are not continuous (`Box` in [-1, 1]).
@@ -45,7 +49,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
 
     name = "sac"
     config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
-        "target_entropy", "init_temperature"}
+        "target_entropy", "init_temperature", "network", "orthogonal_init"}
 
     def _build_networks(self, batch_env, config):
         if not config.init_temperature > 0:
@@ -56,11 +60,16 @@ class SAC(off_policy.OffPolicyAlgorithm):
             -size if config.target_entropy is None else config.target_entropy)
         observ = tf.zeros((1,) + self._observ_shape)
         action = tf.zeros((1, size))
-        actor = q_networks.SquashedGaussianActor(size, config.policy_layers, config.activation)
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        space = batch_env.observation_space
+        actor = q_networks.SquashedGaussianActor(
+            size, config.policy_layers, config.activation,
+            hidden=torso(space) if torso is not None else None)
         actor(observ)
 
         def critic():
-            return q_networks.TwinQ(config.value_layers, config.activation)
+            torsos = None if torso is None else [torso(space), torso(space)]
+            return q_networks.TwinQ(config.value_layers, config.activation, torsos=torsos)
 
         self._critic = critic()
         self._target_critic = off_policy.target_of(self._critic, critic, observ, action)

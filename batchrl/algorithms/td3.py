@@ -29,7 +29,8 @@ class TD3(off_policy.OffPolicyAlgorithm):
 
     Args:
       as for `OffPolicyAlgorithm`; config also `policy_delay`, `target_noise` and
-      `target_noise_clip`.
+      `target_noise_clip`. Declared layers (config key `network`) give the actor and each
+      Q function a torso of their own, as for SAC.
 
     Raises:
       ValueError: if the actions are not continuous, or `policy_delay` < 1.
@@ -38,7 +39,7 @@ class TD3(off_policy.OffPolicyAlgorithm):
     name = "td3"
     default_exploration = {"type": "gaussian", "std": 0.1}
     config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
-        "policy_delay", "target_noise", "target_noise_clip"}
+        "policy_delay", "target_noise", "target_noise_clip", "network", "orthogonal_init"}
 
     def _build_networks(self, batch_env, config):
         if int(config.policy_delay) < 1:
@@ -48,11 +49,17 @@ class TD3(off_policy.OffPolicyAlgorithm):
         observ = tf.zeros((1,) + self._observ_shape)
         action = tf.zeros((1, size))
 
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        space = batch_env.observation_space
+
         def actor():
-            return q_networks.DeterministicActor(size, config.policy_layers, config.activation)
+            return q_networks.DeterministicActor(
+                size, config.policy_layers, config.activation,
+                hidden=torso(space) if torso is not None else None)
 
         def critic():
-            return q_networks.TwinQ(config.value_layers, config.activation)
+            torsos = None if torso is None else [torso(space), torso(space)]
+            return q_networks.TwinQ(config.value_layers, config.activation, torsos=torsos)
 
         self._actor, self._critic = actor(), critic()
         self._target_actor = off_policy.target_of(self._actor, actor, observ)
