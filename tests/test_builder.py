@@ -16,6 +16,7 @@ from tests.recording_environment import RecordingEnvironment
 
 
 def _setup(algorithm, durations, truncate=False, **overrides):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
     config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
                                       "update_every": 3, **overrides})
     config.update(network=feed_forward_gaussian, max_length=8)
@@ -83,7 +84,6 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
     the last step's rewards were added), and the bootstrap the value of the episode's
     final observation, normalized with the statistics of the observations acted on before
     its last step, or 0 for a terminated episode."""
-    tf.keras.utils.set_random_seed(0)  # Weights that tell the first and final values apart.
     algorithm, seen = _recorder()
     algo, run = _setup(algorithm, [(3, 3), (5, 5), (4, 4)], truncate=truncate, discount=0.7)
     acted, following = [], []

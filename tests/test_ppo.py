@@ -26,6 +26,7 @@ def _config(**overrides):
 
 
 def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrides):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
     envs = [MockEnvironment(observ_shape, action_shape, low, high, truncate=truncate)
             for low, high in durations]
     for index, env in enumerate(envs):

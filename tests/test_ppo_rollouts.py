@@ -17,6 +17,7 @@ CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "fl
 
 
 def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
     kwargs = {}
     if len(observ_shape) == 3:
         kwargs = {"observ_dtype": np.uint8, "num_actions": 3}

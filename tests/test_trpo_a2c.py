@@ -21,6 +21,7 @@ MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)
 
 
 def _algorithm(algorithm, **overrides):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
     config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
                                       "update_every": 2, **overrides})
     config.update(network=feed_forward_gaussian, max_length=5)
