@@ -226,7 +226,9 @@ def _check_item(item, where, types):
                           f"{', '.join(keys) or 'none'}")
     checked = {"type": kind}
     for name, default in keys.items():
-        if name not in item:
+        # A default that a later step decides ("config", "space") may come back as it is:
+        # checking a checked list gives the same list.
+        if name not in item or (default in ("config", "space") and item[name] == default):
             if default is None and name not in _OPTIONAL_NONE.get(kind, ()):
                 raise ConfigError(f"{where}: missing key {name!r}")
             checked[name] = (default if default in (None, "config", "space")

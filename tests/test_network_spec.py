@@ -35,6 +35,16 @@ def test_check_fills_in_every_default():
     assert network_spec.check_preprocessing([]) == []
 
 
+def test_a_checked_config_loads_again_unchanged():
+    """The network and preprocessing of a loaded config, with their filled-in defaults
+    ("config", "space"), are accepted as they are (e.g. passed on to another config)."""
+    loaded = configs.load("image_and_cue")
+    again = configs.load("default", {"network": loaded.network,
+                                     "preprocessing": loaded.preprocessing})
+    assert again.network == loaded.network and again.preprocessing == loaded.preprocessing
+    assert loaded.network["leaves"]["image"][0]["activation"] == "config"
+
+
 @pytest.mark.parametrize("layers, message", [
     ([], "non-empty list"),
     ("conv", "non-empty list"),
