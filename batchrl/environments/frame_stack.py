@@ -111,8 +111,7 @@ class FrameStack(WrappingView):
         self._batch_env = batch_env
         self._parts, self.observation_space = _parts(batch_env.observation_space, frames)
         inner = batch_env.observ
-        self._shape = (self.observation_space.shape if isinstance(frames, dict) else
-                       tuple(inner.shape[1:-1]) + (int(frames) * inner.shape[-1],))
+        self._shape = tuple(self.observation_space.shape)
         with tf.name_scope("frame_stack"):
             observ = tf.Variable(tf.zeros((inner.shape[0],) + self._shape, inner.dtype),
                                  trainable=False, name="observ")
