@@ -78,8 +78,11 @@ def test_observations_without_byte_elements_keep_one_field(space, dtype):
     storage = ObservationStorage.for_space(space, space.shape, dtype)
     assert not storage.split
     assert storage.specs("observ") == {"observ": (space.shape, dtype)}
-    observ = tf.cast(np.ones((2,) + space.shape), dtype)
-    assert storage.decode("observ", storage.encode("observ", observ)) is not None
+    observ = tf.cast(np.arange(2 * np.prod(space.shape)).reshape((2,) + space.shape) % 7,
+                     dtype)
+    fields = storage.encode("observ", observ)
+    assert set(fields) == {"observ"} and fields["observ"].dtype == dtype
+    np.testing.assert_array_equal(storage.decode("observ", fields).numpy(), observ.numpy())
 
 
 def test_a_mask_of_another_shape_is_refused():
