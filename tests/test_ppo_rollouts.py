@@ -1,11 +1,12 @@
 """PPO on fixed-length rollouts (`rollout_length`) and on image observations kept as uint8,
-inside `simulate`, on MockEnvironment batches."""
+inside `simulate`, on MockEnvironment batches, and through `batchrl.Agent`."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs, networks
+from batchrl import Agent, configs, networks
 from batchrl.algorithms.ppo import PPO
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
@@ -160,3 +161,34 @@ def test_the_clipped_surrogate_trains_without_the_kl_terms():
     assert float(result["kl"]) > 0  # Measured still, for the summaries.
     assert "kl_penalty" not in result and "kl_target" not in result
     assert float(algo.checkpoint_state["kl_penalty"].numpy()) == 1.0  # Not adapted.
+
+
+def test_a_row_that_falls_behind_trains_with_the_others():
+    """An Agent environment dropped for passing `max_length` leaves its row a step behind;
+    with `chunk_length` dividing `rollout_length` the memory has no spare step, so the
+    update runs once the first row is full, the short row with the steps it has."""
+    agent = Agent.create("cartpole", gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+                         gym.spaces.Discrete(2), num_envs=2, rollout_length=4,
+                         chunk_length=1, max_length=5, policy_layers=[8], value_layers=[8],
+                         update_epochs=1)
+    rng = np.random.default_rng(0)
+    algo = agent._algo
+    lengths, updated = [], []
+    for t in range(13):  # Environment 0 never ends, environment 1 ends every 3 steps.
+        weights = algo.networks.value.trainable_variables[0].numpy().copy()
+        agent.act(rng.normal(size=(2, 4)))
+        observe = lambda t=t: agent.observe(  # noqa: E731
+            np.ones(2), [False, t % 3 == 2], [False, False],
+            final_observation=rng.normal(size=(2, 4)))
+        if t in (5, 11):  # Environment 0's sixth step passes max_length: it is dropped.
+            with pytest.raises(ValueError, match=r"environments \[0\] passed max_length=5"):
+                observe()
+        else:
+            observe()
+        lengths.append(algo._memory.length.numpy().tolist())
+        updated.append(not np.array_equal(
+            weights, algo.networks.value.trainable_variables[0].numpy()))
+    # Rows fill in step until the drop; from then on row 0 is one step behind row 1.
+    assert lengths == [[1, 1], [2, 2], [3, 3], [0, 0], [1, 1], [1, 2], [2, 3], [0, 0],
+                       [1, 1], [2, 2], [3, 3], [0, 0], [1, 1]]
+    assert updated == [t in (3, 7, 11) for t in range(13)]

@@ -364,7 +364,10 @@ class OnPolicyAlgorithm:
                 with tf.control_dependencies(statistics):
                     stored = self._memory.append(transition, agent_indices)
                 with tf.control_dependencies([stored]):
-                    full = tf.reduce_all(self._memory.length >= self._rollout_length)
+                    # Once the first row is full: a row that fell behind (an agent left out
+                    # of a step, `batch_env.interrupted`) trains on the steps it has, as
+                    # waiting for it would append past the memory's end in the others.
+                    full = tf.reduce_any(self._memory.length >= self._rollout_length)
                     return tf.cond(full, self._train, lambda: tf.constant(False))
             stored = [
                 self._episodes.append(transition, agent_indices),
@@ -384,7 +387,8 @@ class OnPolicyAlgorithm:
     def end_episodes(self, agent_indices):
         """Moves the finished episodes of the given agents into the memory while training,
         and trains once the memory holds `update_every` episodes; with `rollout_length`,
-        does nothing (`experience` stores the steps and trains)."""
+        does nothing (`experience` stores the steps, and trains once the first agent's row
+        holds `rollout_length` of them, the others with as many as they have)."""
         if self._rollout_length:
             return tf.constant(False)
         return tf.cond(
