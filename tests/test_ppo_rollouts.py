@@ -65,6 +65,29 @@ def test_rollouts_hold_each_agents_steps_across_its_episode_ends(truncate):
     assert not np.allclose(observ[0, 3], next_observ[0, 2])  # A new episode began.
 
 
+def test_next_value_is_the_value_of_the_observation_after_each_step():
+    """The bootstrap value of a rollout's step is V(s') of the observation after it: the
+    final observation where an episode ended (not the next episode's first one) and at the
+    row's cut, computed here with the value network on the observations seen."""
+    batch_env, algo, run = _setup([(3, 3), (5, 5)], truncate=True, normalize_observ=False)
+    finals = []
+    for _ in range(7):
+        run(False, False)
+        finals.append(batch_env.observ.numpy().copy())
+    finals = np.stack(finals, 1)  # [agents, 7, 3], the observation after each step.
+    value = algo.networks.value
+    next_value = algo._memory_batch()["next_value"].numpy()[:, :7]
+    np.testing.assert_allclose(next_value, value(tf.constant(finals)).numpy(), rtol=1e-5,
+                               atol=1e-6)
+    # Agent 0's episodes end after steps 2 and 5: its final observations' values are not
+    # those of the next episodes' first observations (steps 3 and 6), nor is the value at
+    # the cut (step 6) that of the observation step 6 was taken in.
+    observ = algo._memory.fields["observ"].numpy()[:1, :7]
+    current = value(tf.constant(observ)).numpy()[0]
+    for step, other in ((2, 3), (5, 6), (6, 6)):
+        assert abs(next_value[0, step] - current[other]) > 1e-4, step
+
+
 def test_the_update_runs_once_every_agent_filled_its_rollout():
     _, algo, run = _setup([(3, 3), (5, 5)])
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
