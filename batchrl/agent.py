@@ -233,22 +233,26 @@ class Agent:
           reward: `[num_envs]` float rewards.
           terminated: `[num_envs]` bools, the episode ended in a terminal state.
           truncated: `[num_envs]` bools, the episode was cut off (a time limit).
-          final_observation: optional `[num_envs, *observation_shape]` (nested as in
-            `act`), the observation after the step; for truncated episodes the value is
-            bootstrapped from it (it is the final observation of an ended episode, before
-            the environment's reset). Omitted: the observation that the last action was
-            taken in stands in for it.
+          final_observation: `[num_envs, *observation_shape]` (nested as in `act`), the
+            observation after the step: for an ended episode its final observation,
+            before the environment's reset. Required after a sampled `act`, for every
+            algorithm: it is the next observation of each stored transition (the replay
+            memory's `nextob`, the `next_observ` of PPO's rollouts) and the observation
+            that the value of a truncated episode, or of one that a later `reset` or
+            deterministic `act` cuts short, is bootstrapped from. Ignored after a
+            deterministic `act`.
 
         Returns:
           numpy bool `[num_envs]`, the episodes that ended (terminated or truncated).
 
         Raises:
           RuntimeError: no `act` came before.
-          ValueError: wrong shapes or non-finite rewards or observations (nothing is
-            recorded; `observe` may be called again); or episodes longer than the config's
-            `max_length`: raised after the step is recorded for the other environments,
-            the episodes of the environments named are dropped, nothing else is lost, and
-            the next `act` begins new episodes for them.
+          ValueError: wrong shapes or non-finite rewards or observations, or no
+            `final_observation` after a sampled `act` (nothing is recorded; `observe` may
+            be called again); or episodes longer than the config's `max_length`: raised
+            after the step is recorded for the other environments, the episodes of the
+            environments named are dropped, nothing else is lost, and the next `act`
+            begins new episodes for them.
         """
         if self._pending is None:
             raise RuntimeError("observe() without act(): call act() for the step first")
@@ -263,11 +267,13 @@ class Agent:
             self._pending = None
             return done
         if final_observation is None:
-            nextob = self._batch_env.observ
-        else:
-            nextob = self._check_observation(final_observation, "final_observation")
-            if self._nested:
-                nextob = self._flatten(nextob)
+            raise ValueError(
+                "observe() after a sampled act() needs final_observation, the observation "
+                "after the step (before any reset): the agent learns from it; nothing was "
+                "recorded")
+        nextob = self._check_observation(final_observation, "final_observation")
+        if self._nested:
+            nextob = self._flatten(nextob)
         lengths = self._lengths + 1
         drop = lengths > self._max_length  # The step does not fit the episode's memory.
         step = self.step + self._num_envs

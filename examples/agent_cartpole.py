@@ -30,7 +30,7 @@ def evaluate():
     while np.isnan(first).any():
         action = agent.act(observation, deterministic=True)
         observation, reward, terminated, truncated, _ = eval_envs.step(action)
-        agent.observe(reward, terminated, truncated)
+        agent.observe(reward, terminated, truncated)  # Records nothing: no final needed.
         score += reward
         ended = (terminated | truncated) & np.isnan(first)
         first[ended] = score[ended]

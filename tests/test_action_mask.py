@@ -72,14 +72,13 @@ def test_the_agent_and_its_exported_model_never_take_a_masked_action(tmp_path):
         update_every=4, update_epochs=2)
     envs = [MaskedChoice(n=4) for _ in range(8)]
     observations = [e.reset(seed=index)[0] for index, e in enumerate(envs)]
+    batch = {key: np.stack([o[key] for o in observations]) for key in observations[0]}
     for step in range(60):  # Strict environments: a masked action raises.
-        batch = {key: np.stack([o[key] for o in observations]) for key in observations[0]}
         action = agent.act(batch)
         results = [e.step(a) for e, a in zip(envs, action, strict=True)]
-        observations = [r[0] for r in results]
+        batch = {key: np.stack([r[0][key] for r in results]) for key in results[0][0]}
         agent.observe([r[1] for r in results], np.zeros(8, bool),
-                      np.full(8, step % 20 == 19))
-    batch = {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+                      np.full(8, step % 20 == 19), final_observation=batch)
     expected = agent.act(batch, deterministic=True)
     assert batch["action_mask"][np.arange(8), expected].all()
     model = tf.saved_model.load(str(agent.export(tmp_path / "model")))

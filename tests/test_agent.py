@@ -29,7 +29,7 @@ def test_learns_from_the_application_loop(observ_shape):
         action = agent.act(feed.observation())
         assert action.shape == (3, 2) and action.dtype == np.float32
         assert (action >= ACTION.low).all() and (action <= ACTION.high).all()
-        done = agent.observe(*feed.step())
+        done = agent.observe(*feed.step(), final_observation=feed.observation())
         assert done.shape == (3,)
     assert agent.step == 90
     after = agent._algo.networks.policy.trainable_variables
@@ -87,7 +87,7 @@ def test_save_and_load_continue_exactly(tmp_path, algorithm):
         actions = []
         for _ in range(15):
             actions.append(follower.act(twin.observation()))
-            follower.observe(*twin.step())
+            follower.observe(*twin.step(), final_observation=twin.observation())
         follower.actions = actions
     np.testing.assert_array_equal(np.array(agent.actions), np.array(loaded.actions))
     assert loaded.step == agent.step == 66
@@ -113,7 +113,7 @@ def test_discrete_actions():
     for _ in range(10):
         action = agent.act(feed.observation())
         assert action.dtype == np.int32 and set(action.tolist()) <= {0, 1, 2}
-        agent.observe(*feed.step())
+        agent.observe(*feed.step(), final_observation=feed.observation())
 
 
 @pytest.mark.parametrize("call, message", [
@@ -137,16 +137,24 @@ def test_act_twice_and_bad_observe_arguments():
         agent.observe(np.array([0.0, np.inf, 0.0]), np.zeros(3, bool), np.zeros(3, bool))
     with pytest.raises(ValueError, match=r"terminated of shape \(2,\)"):
         agent.observe(np.zeros(3), np.zeros(2, bool), np.zeros(3, bool))
+    with pytest.raises(ValueError, match=r"after a sampled act\(\) needs final_observation"):
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
+    assert agent.step == 0  # Nothing was recorded: the call may be repeated.
+    agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                  final_observation=np.zeros((3, 3)))
+    assert agent.step == 3
 
 
 def test_episode_longer_than_max_length_is_a_clear_error():
     agent = make_agent(max_length=3)
     for _ in range(3):
         agent.act(np.zeros((3, 3)))
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                      final_observation=np.zeros((3, 3)))
     agent.act(np.zeros((3, 3)))
     with pytest.raises(ValueError, match=r"environments \[0, 1, 2\] passed max_length=3"):
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                      final_observation=np.zeros((3, 3)))
 
 
 def test_overrides_are_validated_like_set():
@@ -234,7 +242,8 @@ def test_exported_model_acts_as_the_agent_without_batchrl(tmp_path, network, obs
         random = np.random.default_rng(0)
         for _ in range(6):
             agent.act(_nested_observation(100, random))
-            agent.observe(*Feed(100).step())
+            agent.observe(*Feed(100).step(),
+                          final_observation=_nested_observation(100, random))
         observation = _nested_observation(100, random)
         inputs = {"observation_" + key: value for key, value in observation.items()}
         inputs["observation_cue"] = inputs["observation_cue"].astype(np.int64)
@@ -330,7 +339,7 @@ def test_discrete_observations_are_one_hot():
     for step in range(10):
         action = agent.act(np.array([0, 4, step % 5]))
         assert set(action.tolist()) <= {0, 1}
-        agent.observe(*feed.step())
+        agent.observe(*feed.step(), final_observation=np.array([1, 4, (step + 1) % 5]))
     np.testing.assert_array_equal(agent._batch_env.observ.numpy()[:2],
                                   [[1, 0, 0, 0, 0], [0, 0, 0, 0, 1]])
     with pytest.raises(ValueError, match=r"observation holds values outside Discrete\(5\) for "

@@ -117,12 +117,15 @@ def test_the_episode_limit_is_max_length_never_the_configs_env():
     with pytest.raises(ConfigError, match=message):
         Agent.create("cartpole", OBSERVATION, spaces.Discrete(2), num_envs=2)
     agent = Agent.create(config, OBSERVATION, ACTION, num_envs=3, max_length=7)
+    zeros = np.zeros((3, 3))
     for _ in range(7):
-        agent.act(np.zeros((3, 3)))
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
-    agent.act(np.zeros((3, 3)))
+        agent.act(zeros)
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                      final_observation=zeros)
+    agent.act(zeros)
     with pytest.raises(ValueError, match=r"passed max_length=7 steps"):
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
+        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
+                      final_observation=zeros)
 
 
 def test_an_episode_past_max_length_is_dropped_and_the_agent_goes_on():

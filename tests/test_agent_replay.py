@@ -1,6 +1,7 @@
 """`batchrl.Agent` with the off-policy algorithms: `update(batch)` stores external
 transitions as given and runs the updates they are owed, bad batches are refused without
-storing anything, `observe` fills the memory, and `save` / `load` keep it."""
+storing anything, `observe` stores the next observations given (and refuses a step
+without them), and `save` / `load` keep the memory."""
 
 import gymnasium as gym
 import numpy as np
@@ -69,18 +70,49 @@ def test_update_needs_a_replay_memory():
         agent.update(_batch(5))
 
 
-def test_observe_fills_the_memory_and_save_load_keeps_it(tmp_path):
+def test_observe_stores_the_final_observations_given_and_save_load_keeps_them(tmp_path):
+    """Each stored transition's next observation is the `final_observation` of its step,
+    not the observation its action was taken in (one-step returns: row 2 t + i is step t
+    of environment i)."""
     agent = _agent()
     rng = np.random.default_rng(3)
+    observations, finals = [], []
     for _ in range(15):
-        agent.act(rng.uniform(-1, 1, (2, 3)))
+        observations.append(rng.uniform(-1, 1, (2, 3)).astype(np.float32))
+        finals.append(rng.uniform(-1, 1, (2, 3)).astype(np.float32))
+        agent.act(observations[-1])
         agent.observe(rng.normal(size=2), [False, False], [False, False],
-                      final_observation=rng.uniform(-1, 1, (2, 3)))
+                      final_observation=finals[-1])
     memory = agent._algo.memory
     assert int(memory.size.numpy()) == 30 and int(agent._algo.updates.numpy()) == 6
+    np.testing.assert_array_equal(memory.storage["observ"][:30].numpy(),
+                                  np.concatenate(observations))
+    np.testing.assert_array_equal(memory.storage["nextob"][:30].numpy(),
+                                  np.concatenate(finals))
     agent.save(tmp_path / "agent")
     loaded = batchrl.Agent.load(tmp_path / "agent")
     for key, variable in memory.storage.items():
         np.testing.assert_array_equal(loaded._algo.memory.storage[key].numpy(),
                                       variable.numpy(), err_msg=key)
     assert int(loaded._algo.updates.numpy()) == 6
+
+
+@pytest.mark.parametrize("config, actions", [
+    ("pendulum_sac", ACTIONS), ("cartpole_dqn", gym.spaces.Discrete(2))])
+def test_observe_without_final_observation_is_refused_and_records_nothing(config, actions):
+    """After a sampled act, `observe` needs the observation after the step: without it a
+    transition would bootstrap from the observation its action was taken in."""
+    agent = batchrl.Agent.create(config, SPACE, actions, num_envs=2, **SMALL)
+    observation = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]], np.float32)
+    final = np.array([[-0.1, -0.2, -0.3], [-0.4, -0.5, -0.6]], np.float32)
+    agent.act(observation)
+    with pytest.raises(ValueError, match=r"needs final_observation, the observation after "
+                                         r"the step"):
+        agent.observe([1.0, 2.0], [False, True], [True, False])
+    memory = agent._algo.memory
+    assert agent.step == 0 and int(memory.size.numpy()) == 0
+    agent.observe([1.0, 2.0], [False, True], [True, False], final_observation=final)
+    assert agent.step == 2 and int(memory.size.numpy()) == 2
+    np.testing.assert_array_equal(memory.storage["observ"][:2].numpy(), observation)
+    np.testing.assert_array_equal(memory.storage["nextob"][:2].numpy(), final)
+    np.testing.assert_allclose(memory.storage["discount"][:2].numpy(), [0.99, 0.0])

@@ -72,7 +72,8 @@ def exported(request, tmp_path_factory):
     for step in range(10):  # Two 5-step episodes per environment: one update.
         agent.act(_observations(observation_space, random, NUM_ENVS))
         ended = np.full(NUM_ENVS, step % 5 == 4)
-        agent.observe(random.normal(size=NUM_ENVS), np.zeros(NUM_ENVS, bool), ended)
+        agent.observe(random.normal(size=NUM_ENVS), np.zeros(NUM_ENVS, bool), ended,
+                      final_observation=_observations(observation_space, random, NUM_ENVS))
     assert agent.step == 10 * NUM_ENVS
     observations = [_observations(observation_space, random, NUM_ENVS) for _ in range(STEPS)]
     actions = [agent.act(observation, deterministic=True) for observation in observations]

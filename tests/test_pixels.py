@@ -23,7 +23,8 @@ def test_the_exported_model_takes_raw_frames_and_acts_as_the_agent(action_space,
     rng = np.random.default_rng(0)
     for _ in range(6):  # Past an update, so that the weights are not the initial ones.
         agent.act(rng.integers(0, 256, (4, 9, 9, 3), dtype=np.uint8))
-        agent.observe(rng.normal(size=4), np.zeros(4, bool), np.zeros(4, bool))
+        agent.observe(rng.normal(size=4), np.zeros(4, bool), np.zeros(4, bool),
+                      final_observation=rng.integers(0, 256, (4, 9, 9, 3), dtype=np.uint8))
     frames = rng.integers(0, 256, (4, 9, 9, 3), dtype=np.uint8)
     expected = agent.act(frames, deterministic=True)
     model = tf.saved_model.load(str(agent.export(tmp_path / "model")))
