@@ -23,6 +23,7 @@ class NumpyReplay:
         self.rows = {key: [None] * capacity for key in FIELDS}
         self.position, self.size = 0, 0
         self.pending = [[] for _ in range(num_agents)]
+        self.last_nextob = [None] * num_agents
 
     def write(self, **transition):
         for key in FIELDS:
@@ -34,19 +35,30 @@ class NumpyReplay:
         for i, agent in enumerate(agents):
             pending = self.pending[agent]
             pending.append((observ[i], action[i], reward[i]))
+            self.last_nextob[agent] = nextob[i]
             done = terminated[i] or truncated[i]
             leaving = range(len(pending)) if done else [0] if len(pending) == self.n_step \
                 else []
             for start in leaving:
-                steps = pending[start:]
-                ret = sum(self.discount ** k * step[2] for k, step in enumerate(steps))
-                discount = 0.0 if terminated[i] else self.discount ** len(steps)
-                self.write(observ=steps[0][0], action=steps[0][1], reward=ret,
-                           discount=discount, nextob=nextob[i])
+                self._leave(pending[start:], terminated[i], nextob[i])
             if done:
                 pending.clear()
             elif len(pending) == self.n_step:
                 pending.pop(0)
+
+    def flush(self, agents):
+        """Ends the agents' episodes as truncated after their last step (by index)."""
+        for agent in sorted(agents):
+            pending = self.pending[agent]
+            for start in range(len(pending)):
+                self._leave(pending[start:], False, self.last_nextob[agent])
+            pending.clear()
+
+    def _leave(self, steps, terminated, nextob):
+        ret = sum(self.discount ** k * step[2] for k, step in enumerate(steps))
+        discount = 0.0 if terminated else self.discount ** len(steps)
+        self.write(observ=steps[0][0], action=steps[0][1], reward=ret, discount=discount,
+                   nextob=nextob)
 
     def assert_matches(self, memory):
         assert int(memory.size) == self.size
@@ -88,11 +100,10 @@ def test_n_step_returns_match_numpy(n_step):
         total += int(memory.add(**step))
         _reference_add(reference, step)
         if t % 17 == 16:
-            dropped = rng.choice(num_agents, 2, replace=False).astype(np.int32)
-            count = sum(len(reference.pending[agent]) for agent in dropped)
-            assert int(memory.reset_agents(dropped)) == count
-            for agent in dropped:
-                reference.pending[agent].clear()
+            cut = rng.choice(num_agents, 2, replace=False).astype(np.int32)
+            count = sum(len(reference.pending[agent]) for agent in cut)
+            assert int(memory.reset_agents(cut)) == count
+            reference.flush(cut)
         reference.assert_matches(memory)
     assert total > capacity  # The ring wrapped around, windows included.
 
@@ -114,16 +125,30 @@ def test_n_step_hand_computed_episode():
     np.testing.assert_allclose(memory.storage["nextob"].numpy()[:5, 0], [3, 4, 5, 5, 5])
 
 
-def test_truncation_bootstraps_and_reset_drops_pending():
+def test_reset_agents_stores_the_waiting_steps_as_truncated():
+    """n_step=3, discount 0.5: agent 0 takes 2 steps, agent 1 takes 3 (its first leaves
+    with the full 3-step return); the reset of both (given in either order) stores the
+    waiting ones with their returns to the last step, discount 0.5^k and the last step's
+    next observation."""
     memory = ReplayMemory(OBSERV, ACTION, 10, 2, n_step=3, discount=0.5)
-    zeros, no = np.zeros((2, 3), np.float32), np.array([False, False])
-    memory.add([0, 1], zeros, np.zeros((2, 2)), [1.0, 1.0], no, no, zeros + 1)
-    assert int(memory.reset_agents(np.array([1], np.int32))) == 1
-    count = memory.add([0, 1], zeros + 1, np.zeros((2, 2)), [1.0, 1.0], no, [True, True],
-                       zeros + 2)
-    assert int(count) == 3  # Agent 0's two steps, agent 1's one step after the reset.
-    np.testing.assert_allclose(memory.storage["reward"].numpy()[:3], [1.5, 1.0, 1.0])
-    np.testing.assert_allclose(memory.storage["discount"].numpy()[:3], [0.25, 0.5, 0.5])
+    no = np.array([False])
+    rewards = {0: [1.0, 2.0], 1: [4.0, 8.0, 16.0]}
+    for agent, values in rewards.items():
+        for t, reward in enumerate(values):
+            observ = np.full((1, 3), 10 * agent + t, np.float32)
+            memory.add([agent], observ, observ[:, :2], [reward], no, no, observ + 0.5)
+    assert int(memory.size) == 1  # Agent 1's first step.
+    assert int(memory.reset_agents(np.array([1, 0], np.int32))) == 4
+    assert int(memory.reset_agents(np.array([0, 1], np.int32))) == 0  # Windows empty.
+    storage = {key: memory.storage[key].numpy()[:5] for key in FIELDS}
+    # Agent 1's first step, then the waiting ones by agent index: 0's two, 1's two.
+    np.testing.assert_allclose(storage["observ"][:, 0], [10, 0, 1, 11, 12])
+    np.testing.assert_allclose(storage["action"][:, 0], [10, 0, 1, 11, 12])
+    np.testing.assert_allclose(storage["reward"], [
+        4 + 0.5 * 8 + 0.25 * 16, 1 + 0.5 * 2, 2, 8 + 0.5 * 16, 16])
+    np.testing.assert_allclose(storage["discount"], [0.125, 0.25, 0.5, 0.25, 0.5])
+    # Each bootstraps from the observation after its agent's last step.
+    np.testing.assert_allclose(storage["nextob"][:, 0], [12.5, 1.5, 1.5, 12.5, 12.5])
 
 
 def test_ring_wraparound_uint8_and_size_saturation():
@@ -279,9 +304,16 @@ def test_jit_matches_eager(n_step, prioritized):
     insert = tf.function(compiled.insert, jit_compile=True)
     sample = tf.function(lambda: compiled.sample(8), jit_compile=True)
     update = tf.function(compiled.update_priorities, jit_compile=True)
+    # The agents as `begin_episodes` gets them: a number known only when run.
+    reset = tf.function(lambda cut: compiled.reset_agents(
+        tf.cast(tf.reshape(tf.where(cut), [-1]), tf.int32)), jit_compile=True)
     for t in range(8):
         step = _random_step(rng, rng.permutation(4)[:3])
         assert int(eager.add(**step)) == int(add(**{k: tf.constant(v) for k, v in step.items()}))
+        if t % 3 == 2:
+            cut = rng.random(4) < 0.5
+            assert int(eager.reset_agents(np.flatnonzero(cut).astype(np.int32))) == \
+                int(reset(tf.constant(cut)))
         if t % 4 == 3:
             transitions = {key: value for key, value in step.items() if key in FIELDS}
             transitions["discount"] = rng.random(3).astype(np.float32)

@@ -63,7 +63,8 @@ class OffPolicyAlgorithm:
     holds `learning_starts` transitions, runs `updates_per_step` updates per agent stepped
     (a fractional ratio carries its remainder to the next step) on sampled batches of
     `batch_size`, inside the same graph call (`_update`, compiled with XLA when
-    `jit_update`). `end_episodes` has nothing to do: transitions are stored as they come.
+    `jit_update`). `end_episodes` has nothing to do: transitions are stored as they come;
+    `begin_episodes` stores those of an episode cut short (truncated).
 
     Observations are normalized with running statistics when `normalize_observ` (stored
     raw, normalized when acting and when sampled); rewards are used as they are.
@@ -229,8 +230,12 @@ class OffPolicyAlgorithm:
         return {}
 
     def begin_episodes(self, agent_indices):
-        """Drops the given agents' pending n-step transitions and zeroes their
-        exploration noise (int32 `[n]`)."""
+        """Zeroes the given agents' exploration noise (int32 `[n]`) and stores the steps
+        still waiting in their n-step windows as a truncated episode's
+        (`ReplayMemory.reset_agents`): an episode cut short where a phase, the Agent's
+        deterministic `act` or `reset`, or a dropped episode begins new ones. Whatever
+        `is_training`: the windows hold training steps only (`experience` adds none
+        otherwise), and their updates were counted when they were added."""
         agent_indices = tf.cast(agent_indices, tf.int32)
         return after([self._memory.reset_agents(agent_indices),
                       self._exploration.reset(agent_indices)], True)

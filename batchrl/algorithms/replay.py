@@ -86,7 +86,8 @@ class ReplayMemory(tf.Module):
     (`batchrl.algorithms.observation_storage`).
     `size` and `position` (int32 scalars) count the stored transitions (at most `capacity`)
     and give the next row written; the oldest transition is overwritten first. With
-    `n_step > 1` each agent has a staging window of its last `n_step - 1` steps.
+    `n_step > 1` each agent has a staging window of its last `n_step - 1` steps and keeps
+    the observation after its last step (`reset_agents` bootstraps from it).
 
     Args:
       observ_spec: `(shape, dtype)` of one observation (a flat tensor); observations are
@@ -142,6 +143,12 @@ class ReplayMemory(tf.Module):
                     for key in ("observ", "action", "reward")}
                 self._pending = tf.Variable(tf.zeros([self._num_agents], tf.int32),
                                             trainable=False, name="pending")
+                # The observation after each agent's last step, which `reset_agents`
+                # bootstraps the waiting steps from.
+                nextob_shape, nextob_dtype = window["nextob"]
+                self._last_nextob = tf.Variable(
+                    tf.zeros((self._num_agents,) + nextob_shape, nextob_dtype),
+                    trainable=False, name="last_nextob")
             if self._prioritized:
                 # One more leaf for the spare row, which always keeps priority 0.
                 self.priorities = SumTree(rows, name="priorities")
@@ -202,8 +209,8 @@ class ReplayMemory(tf.Module):
     def bytes_per_transition(self):
         """int, the bytes of one stored transition over all its variables: the five fields
         and, when prioritized, its share of the sum tree (`2 P` float32 entries over
-        `capacity` transitions, rounded up). The spare row and the staging windows (a fixed
-        amount per agent) are not counted."""
+        `capacity` transitions, rounded up). The spare row, the staging windows and the
+        agents' last next observations (a fixed amount per agent) are not counted."""
         total = sum(dtype.size * math.prod(shape) for shape, dtype in
                     self._field_specs().values())
         if self._prioritized:
@@ -251,51 +258,83 @@ class ReplayMemory(tf.Module):
         filled = tf.gather(self._pending, agents) + 1
         steps = {key: tf.concat([tf.gather(var, agents), step[key][:, None]], 1)
                  for key, var in self.window.items()}
-        slots = tf.range(n)
-        valid = slots[None] >= n - filled[:, None]
-        rewards = tf.where(valid, steps["reward"], 0.0)
-        exponent = np.arange(n)[:, None] - np.arange(n)[None]
-        weights = np.where(exponent >= 0, self._discount ** np.maximum(exponent, 0), 0.0)
-        returns = tf.linalg.matmul(rewards, tf.constant(weights, tf.float32))
-        powers = tf.constant(self._discount ** (n - np.arange(n)), tf.float32)
-        discounts = tf.where(terminated[:, None], 0.0, powers[None])
-        full = (slots[None] == 0) & (filled[:, None] == n)
+        transitions, valid = self._window_transitions(steps, filled, terminated,
+                                                      step["nextob"])
+        full = (tf.range(n)[None] == 0) & (filled[:, None] == n)
         emit = valid & (done[:, None] | full)
-        observ_shape = self._observ_spec[0]
-        transitions = {
-            "observ": tf.reshape(steps["observ"], (-1,) + observ_shape),
-            "action": tf.reshape(steps["action"], (-1,) + self._action_spec[0]),
-            "reward": tf.reshape(returns, [-1]),
-            "discount": tf.reshape(discounts, [-1]),
-            "nextob": tf.reshape(tf.repeat(step["nextob"][:, None], n, axis=1),
-                                 (-1,) + observ_shape)}
         count = self._write(transitions, tf.reshape(emit, [-1]))
         rows = agents[:, None]
         updates = [var.scatter_nd_update(rows, steps[key][:, 1:])
                    for key, var in self.window.items()]
         pending = tf.where(done, 0, tf.minimum(filled, n - 1))
         updates.append(self._pending.scatter_nd_update(rows, pending))
+        updates.append(self._last_nextob.scatter_nd_update(rows, step["nextob"]))
         with tf.control_dependencies(updates):
             return tf.identity(count)
 
-    def reset_agents(self, agent_indices):
-        """Drops the waiting steps of these agents (a new episode began without the old one
-        ending, e.g. a forced reset); their steps never become transitions.
+    def _window_transitions(self, steps, filled, terminated, nextob):
+        """The transitions of windows whose episodes end after their newest step.
 
         Args:
-          agent_indices: int32 `[n]` in `[0, num_agents)`.
+          steps: dict of `observ`, `action`, `reward`, `[k, w, ...]`: k windows of w
+            slots, the newest step last.
+          filled: int32 `[k]`, the valid (newest) slots of each window.
+          terminated: bool `[k]`, the episode ended in a terminal state.
+          nextob: `[k, *observ shape]`, the observation after the newest step.
 
         Returns:
-          int32 scalar, the number of steps dropped, after they are.
+          `(transitions, valid)`: the dict of `FIELDS` of all `k * w` slots, slot i of a
+          window with the return `sum_{j=i}^{w-1} discount^(j-i) r_j` over the valid steps
+          and the discount `discount^(w-i)` (0 when terminated), bootstrapping from
+          `nextob`; and bool `[k, w]`, the valid slots.
+        """
+        width = steps["reward"].shape[1]
+        valid = tf.range(width)[None] >= width - filled[:, None]
+        rewards = tf.where(valid, steps["reward"], 0.0)
+        exponent = np.arange(width)[:, None] - np.arange(width)[None]
+        weights = np.where(exponent >= 0, self._discount ** np.maximum(exponent, 0), 0.0)
+        returns = tf.linalg.matmul(rewards, tf.constant(weights, tf.float32))
+        powers = tf.constant(self._discount ** (width - np.arange(width)), tf.float32)
+        discounts = tf.where(terminated[:, None], 0.0, powers[None])
+        observ_shape = self._observ_spec[0]
+        transitions = {
+            "observ": tf.reshape(steps["observ"], (-1,) + observ_shape),
+            "action": tf.reshape(steps["action"], (-1,) + self._action_spec[0]),
+            "reward": tf.reshape(returns, [-1]),
+            "discount": tf.reshape(discounts, [-1]),
+            "nextob": tf.reshape(tf.repeat(nextob[:, None], width, axis=1),
+                                 (-1,) + observ_shape)}
+        return transitions, valid
+
+    def reset_agents(self, agent_indices):
+        """Ends the episodes of these agents after their last step without a termination
+        (a new episode began without the old one ending, e.g. a forced reset): their
+        waiting steps leave as transitions of a truncated episode, as in `add`, each with
+        its partial return up to the last step and `discount^k` (k the steps to the end),
+        bootstrapping from the observation after the last step (the `nextob` `add` was
+        last given for the agent); the windows empty. The transitions are written in the
+        order of the agents' indices, each agent's oldest first. The windows of all agents
+        are computed, those of the others not stored, so that every shape is static.
+
+        Args:
+          agent_indices: int32 `[n]`, distinct agents in `[0, num_agents)`.
+
+        Returns:
+          int32 scalar, the number of transitions inserted, after they are stored.
         """
         if self._n_step == 1:
             return tf.constant(0, tf.int32)
-        rows = tf.cast(agent_indices, tf.int32)[:, None]
-        dropped = tf.reduce_sum(tf.gather_nd(self._pending, rows))
-        with tf.control_dependencies([dropped]):
-            update = self._pending.scatter_nd_update(rows, tf.zeros_like(rows[:, 0]))
+        agents = tf.cast(agent_indices, tf.int32)
+        cut = tf.scatter_nd(agents[:, None], tf.ones_like(agents), [self._num_agents]) > 0
+        pending = self._pending.value()
+        transitions, valid = self._window_transitions(
+            {key: var.value() for key, var in self.window.items()}, pending,
+            tf.zeros_like(cut), self._last_nextob.value())
+        count = self._write(transitions, tf.reshape(valid & cut[:, None], [-1]))
+        with tf.control_dependencies([count]):
+            update = self._pending.assign(tf.where(cut, 0, pending))
         with tf.control_dependencies([update]):
-            return tf.identity(dropped)
+            return tf.identity(count)
 
     def insert(self, transitions):
         """Writes ready transitions as they are (e.g. external one-step transitions).
@@ -376,10 +415,11 @@ class ReplayMemory(tf.Module):
         `tf.errors.InvalidArgumentError` without XLA (its result is unspecified under XLA)
         and the prioritized one gives row 0 with NaN weights.
 
-        Under XLA, within one compiled program, `add` / `insert` before `sample`, not after:
-        XLA cannot order a write after gathers it does not depend on, and copies each
-        written variable whole (docs/throughput.md, "Why the code is as it is").
-        Add-then-sample, also in a `tf.cond` / `tf.while_loop` of updates, copies nothing.
+        Under XLA, within one compiled program, `add` / `insert` / `reset_agents` before
+        `sample`, not after: XLA cannot order a write after gathers it does not depend on,
+        and copies each written variable whole (docs/throughput.md, "Why the code is as it
+        is"). Add-then-sample, also in a `tf.cond` / `tf.while_loop` of updates, copies
+        nothing.
         """
         size = self._size.value()
         if not self._prioritized:
