@@ -200,14 +200,12 @@ def test_a_row_that_falls_behind_trains_with_the_others():
     for t in range(13):  # Environment 0 never ends, environment 1 ends every 3 steps.
         weights = algo.networks.value.trainable_variables[0].numpy().copy()
         agent.act(rng.normal(size=(2, 4)))
-        observe = lambda t=t: agent.observe(  # noqa: E731
-            np.ones(2), [False, t % 3 == 2], [False, False],
-            final_observation=rng.normal(size=(2, 4)))
+        step = (np.ones(2), [False, t % 3 == 2], [False, False], rng.normal(size=(2, 4)))
         if t in (5, 11):  # Environment 0's sixth step passes max_length: it is dropped.
             with pytest.raises(ValueError, match=r"environments \[0\] passed max_length=5"):
-                observe()
+                agent.observe(*step)
         else:
-            observe()
+            agent.observe(*step)
         lengths.append(algo._memory.length.numpy().tolist())
         updated.append(not np.array_equal(
             weights, algo.networks.value.trainable_variables[0].numpy()))
