@@ -1,14 +1,19 @@
 """The action spaces the off-policy algorithms take: SAC and TD3 refuse the spaces a
 continuous actor cannot serve (a `Discrete`-like leaf, an infinite bound) when they are
-built, through `batchrl.Agent` and through `train`."""
+built, through `batchrl.Agent` and through `train`; DQN acts in, and learns from, a
+`Discrete(n, start)` that does not start at 0, with one meaning of its actions everywhere
+(the Agent, `train`'s environments, the exported model, the replay memory), and so does
+PPO."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import batchrl
-from batchrl import configs
+from batchrl import build, configs, environments
 from batchrl.scripts import train
+from batchrl.tools.simulate import simulate
 
 OBSERVATION = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 SMALL = {"policy_layers": [8], "value_layers": [8], "batch_size": 4, "max_length": 20,
@@ -64,3 +69,75 @@ def test_train_refuses_them_in_one_line_writing_nothing(
     stderr = capsys.readouterr().err
     assert stderr == f"error: algorithm {algorithm!r}: {algorithm} {REFUSED}{problem}\n"
     assert not logdir.exists()
+
+
+def test_dqn_agent_acts_in_the_space_and_stores_indices(tmp_path):
+    start = -2  # Below 0: start + index and index - start differ in sign as well.
+    space = gym.spaces.Discrete(3, start=start)
+    agent = batchrl.Agent.create("default", OBSERVATION, space, num_envs=4,
+                                 algorithm="dqn", **SMALL)
+    rng = np.random.default_rng(0)
+    taken = []
+    for _ in range(6):  # Epsilon 1 at first: every action is drawn.
+        action = agent.act(rng.uniform(-1, 1, (4, 3)).astype(np.float32))
+        taken.append(action)
+        agent.observe(np.zeros(4), np.zeros(4, bool), np.zeros(4, bool),
+                      rng.uniform(-1, 1, (4, 3)).astype(np.float32))
+    taken = np.concatenate(taken)
+    assert taken.dtype == np.int32 and set(taken.tolist()) == {start, start + 1, start + 2}
+    storage = agent._algo.memory.storage
+    np.testing.assert_array_equal(storage["action"][:24].numpy(), taken - start)
+
+    observation = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+    greedy = agent.act(observation, deterministic=True)
+    q = agent._algo.networks.policy(observation).numpy()
+    np.testing.assert_array_equal(greedy, start + q.argmax(-1))
+    model = tf.saved_model.load(str(agent.export(tmp_path / "model")))
+    served = model.signatures["serving_default"](observation=tf.constant(observation))
+    np.testing.assert_array_equal(served["action"].numpy(), greedy)
+    sampled = model.signatures["sample"](observation=tf.constant(observation))["action"]
+    assert all(space.contains(int(value)) for value in sampled.numpy())
+
+    actions = np.array([start + 2, start, start + 1, start + 2], np.int64)
+    agent.update({"observation": observation, "action": actions, "reward": np.zeros(4),
+                  "terminated": np.zeros(4, bool), "next_observation": observation})
+    np.testing.assert_array_equal(storage["action"][24:28].numpy(), actions - start)
+    for outside in (start - 1, start + 3):
+        with pytest.raises(ValueError, match="must be integers"):
+            agent.update({"observation": observation[:1], "action": np.array([outside]),
+                          "reward": np.zeros(1), "terminated": np.zeros(1, bool),
+                          "next_observation": observation[:1]})
+    agent.close()
+
+
+def test_dqn_in_train_environments_sends_start_plus_the_stored_index():
+    config = configs.load("default", {
+        **SMALL, "algorithm": "dqn", "env": "tests.echo_environments:EchoOffsetDiscrete",
+        "env_backend": "local", "num_agents": 3, "normalize_observ": False})
+    batch_env = environments.create_batch(config)
+    try:
+        built = build.build(config, batch_env, process_eager=False)
+        run = tf.function(lambda: simulate(built.batch_env, built.algo, False, False))
+        for _ in range(8):  # The environments refuse an action outside Discrete(3, start=1).
+            run()
+    finally:
+        batch_env.close()
+    storage = built.algo.memory.storage
+    index, echoed = storage["action"][:24].numpy(), storage["nextob"][:24, 0].numpy()
+    assert set(index.tolist()) == {0, 1, 2}
+    np.testing.assert_array_equal(echoed, index + 1)  # What the environment received.
+
+
+def test_ppo_agent_acts_in_a_discrete_space_that_does_not_start_at_0():
+    space = gym.spaces.Discrete(3, start=5)
+    agent = batchrl.Agent.create("default", OBSERVATION, space, num_envs=4, max_length=20,
+                                 network="feed_forward_categorical", policy_layers=[8],
+                                 value_layers=[8])
+    observation = np.random.default_rng(1).uniform(-1, 1, (4, 3)).astype(np.float32)
+    taken = []
+    for _ in range(10):  # An untrained policy: each action about a third of the time.
+        taken.extend(agent.act(observation).tolist())
+        agent.observe(np.zeros(4), np.zeros(4, bool), np.zeros(4, bool), observation)
+    assert set(taken) == {5, 6, 7}
+    assert set(agent.act(observation, deterministic=True).tolist()) <= {5, 6, 7}
+    agent.close()
