@@ -136,8 +136,8 @@ def to_action_space(action, space):
     `[n, *shape]` for `MultiDiscrete` (indices plus `start`), int8 `[n, *shape]` for
     `MultiBinary` — as `FlatActionSpace.unflatten` maps one flat action.
     """
-    if isinstance(space, gym.spaces.Discrete):
-        return action + int(space.start)
+    if isinstance(space, gym.spaces.Discrete):  # Start 0: no op, exported graphs as before.
+        return action + int(space.start) if space.start else action
     policy_space = policy_action_space(space)
     if not isinstance(policy_space, nested.FlatActionSpace):
         if policy_space is space:
