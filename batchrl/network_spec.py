@@ -47,8 +47,12 @@ Preprocessing steps (in the graph, before the layers; part of an exported model)
   mask or one-hot elements.
 - `grayscale`: `[h, w, 3]` RGB to `[h, w, 1]` (ITU-R BT.601 luma weights), or stacked RGB
   frames `[h, w, 3 k]` to `[h, w, k]`.
-- `resize`: to `height` x `width` (bilinear).
-- `crop`: `top`, `left`, `height`, `width`.
+- `resize`: to `height` x `width` (bilinear with half-pixel centers, `tf.image.resize`
+  without antialiasing: halving a side averages pairs of pixels, 2 x 2 blocks for both).
+- `crop`: `top`, `left`, `height`, `width`: the rows `top` ... `top + height - 1` and the
+  columns `left` ... `left + width - 1` (NumPy's `image[top:top + height, left:left +
+  width]`).
+Sizes, kernels, strides and unit counts are at least 1 (`top`, `left` at least 0).
 - `channels_last`: `[channels, h, w]` to `[h, w, channels]` (EnvPool's Atari frames are
   `[4, 84, 84]`; the layers take channels last).
 """

@@ -4,9 +4,10 @@ the graph (shared by `batchrl.Agent` and the exported SavedModel).
 A policy sees a `Box` observation as it is (cast to float32) and any other observation
 space flattened (`batchrl.tools.nested.FlatObservationSpace`: `Discrete` leaves one-hot,
 exactly as `gymnasium.spaces.flatten`). It acts in [-1, 1] for a `Box` with finite bounds,
-with indices for `Discrete`, and with one flat float32 vector for any other action space
-(`batchrl.tools.nested.FlatActionSpace`). These functions are the graph versions of what
-`batchrl.environments.wrappers.standard_wrappers` does to the environments of `train`.
+with indices from 0 for `Discrete` (`value - start`), and with one flat float32 vector for
+any other action space (`batchrl.tools.nested.FlatActionSpace`). These functions are the
+graph versions of what `batchrl.environments.wrappers.standard_wrappers` does to the
+environments of `train`.
 """
 
 import gymnasium as gym
@@ -28,9 +29,10 @@ def policy_observation_space(space):
 
 
 def policy_action_space(space):
-    """The action space the policy acts in: `Box(-1, 1)` for a `Box` with finite bounds (as
-    `batchrl.environments.wrappers.standard_wrappers` gives `train`), `space` itself for any other
-    `Box` and for `Discrete`, else its `FlatActionSpace`.
+    """The action space the policy acts in (as `batchrl.environments.wrappers.standard_wrappers`
+    gives `train`): `Box(-1, 1)` for a `Box` with finite bounds, `space` itself for any other
+    `Box`, `Discrete(n)` for `Discrete(n, start)` (indices from 0), else its
+    `FlatActionSpace`.
 
     Raises:
       ValueError: the space has an unsupported leaf (naming it).
@@ -40,7 +42,7 @@ def policy_action_space(space):
             return gym.spaces.Box(-1.0, 1.0, space.shape, np.float32)
         return space
     if isinstance(space, gym.spaces.Discrete):
-        return space
+        return space if space.start == 0 else gym.spaces.Discrete(space.n)
     return nested.FlatActionSpace(space)
 
 
@@ -126,13 +128,16 @@ def to_action_space(action, space):
     """Maps a batch of policy actions into `space`, inside the graph.
 
     For a `Box` with finite bounds, `action` (float32 `[n, *shape]`, in [-1, 1] by design)
-    is clipped to [-1, 1] and mapped linearly onto [low, high]; an unbounded `Box` and a
-    `Discrete` space's actions pass as they are. For a nested space, `action` (float32
+    is clipped to [-1, 1] and mapped linearly onto [low, high]; an unbounded `Box`'s
+    actions pass as they are; a `Discrete` space's indices (int32 `[n]`, from 0) become
+    `start + index`. For a nested space, `action` (float32
     `[n, size]` of its `FlatActionSpace`) becomes the space's nesting of: float32
     `[n, *shape]` for a `Box` leaf (mapped as above), int32 `[n]` for `Discrete` and
     `[n, *shape]` for `MultiDiscrete` (indices plus `start`), int8 `[n, *shape]` for
     `MultiBinary` — as `FlatActionSpace.unflatten` maps one flat action.
     """
+    if isinstance(space, gym.spaces.Discrete):  # Start 0: no op, exported graphs as before.
+        return action + int(space.start) if space.start else action
     policy_space = policy_action_space(space)
     if not isinstance(policy_space, nested.FlatActionSpace):
         if policy_space is space:

@@ -3,6 +3,7 @@ in-process, `ParallelBatchEnv` workers, EnvPool and Ray actors (on the two-node 
 the `ray_cluster` fixture), each on the same Gymnasium tasks."""
 
 import functools
+import importlib
 
 import numpy as np
 import pytest
@@ -17,12 +18,17 @@ from batchrl.environments.ray.driver import RayBatchEnv
 BACKENDS = ["batch_env", "parallel_batch_env", "envpool", "ray"]
 
 
-def make_batch(backend, task, num_envs, max_episode_steps=None):
-    """`num_envs` environments of the Gymnasium / EnvPool task `task` on `backend`."""
+def make_batch(backend, task, num_envs, max_episode_steps=None, wrap=True):
+    """`num_envs` environments of the Gymnasium / EnvPool task `task` on `backend`; with
+    `wrap=False`, a `module:Class` task's instances as they are (no `standard_wrappers`)."""
     if backend == "envpool":
         return EnvPoolBatchEnv(task, num_envs, num_threads=2,
                                max_episode_steps=max_episode_steps)
-    constructor = functools.partial(environments.create, task, max_episode_steps)
+    if wrap:
+        constructor = functools.partial(environments.create, task, max_episode_steps)
+    else:
+        module, _, name = task.partition(":")
+        constructor = getattr(importlib.import_module(module), name)
     if backend == "parallel_batch_env":
         return ParallelBatchEnv(constructor, num_envs, num_workers=2, name=task)
     if backend == "ray":
@@ -158,12 +164,43 @@ def test_discrete_actions_outside_the_space_are_refused(backend):
         assert reward.tolist() == [1.0] * 3 and not (terminated | truncated).any()
 
 
+def test_discrete_action_n_is_the_first_refused(backend):
+    with make_batch(backend, "CartPole-v1", 3) as batch_env:
+        batch_env.reset(seed=0)
+        with pytest.raises(ValueError, match=r"^env 1\b.* was given the action 2, outside the "
+                                             r"action space Discrete\(2\)$"):
+            batch_env.step(np.array([1, 2, 0]))  # Discrete(2): 0 and 1.
+        _, reward, terminated, truncated, _ = batch_env.step(np.array([1, 1, 0]))
+        assert reward.tolist() == [1.0] * 3 and not (terminated | truncated).any()
+
+
+def test_discrete_space_with_a_start_takes_start_to_start_plus_n_minus_1(backend):
+    """`Discrete(3, start=1)` as the environment declares it (no `standard_wrappers`, which
+    would make it `Discrete(3)`): 1, 2 and 3 reach the environments, 0 and 4 are refused."""
+    if backend == "envpool":
+        pytest.skip("EnvPool has no task of a Discrete space that does not start at 0")
+    with make_batch(backend, "tests.echo_environments:EchoOffsetDiscrete", 3,
+                    wrap=False) as batch_env:
+        assert batch_env.action_space == spaces.Discrete(3, start=1)
+        batch_env.reset(seed=0)
+        for bad, row, value in (([1, 2, 0], 2, 0), ([4, 2, 3], 0, 4)):
+            with pytest.raises(ValueError, match=rf"^env {row}\b.* was given the action {value}, "
+                                                 r"outside the action space Discrete\(3, "
+                                                 r"start=1\)$"):
+                batch_env.step(np.array(bad))
+        observ, *_ = batch_env.step(np.array([3, 1, 2]))
+        assert observ[:, 0].tolist() == [3.0, 1.0, 2.0]  # Each environment echoes its action.
+
+
 def test_reset_refuses_repeated_or_malformed_indices(backend):
     with make_batch(backend, "Pendulum-v1", 3) as batch_env:
         first, _ = batch_env.reset(seed=0)
         with pytest.raises(ValueError, match=r"batch index 1 appears more than once in the "
                                              r"indices to reset: \[1, 1\]"):
             batch_env.reset([1, 1])
+        with pytest.raises(ValueError, match=r"batch index 1 appears more than once in the "
+                                             r"indices to reset: \[1, 0, 1\]"):
+            batch_env.reset(np.array([1, 0, 1]))  # Not adjacent: a sort must find them.
         with pytest.raises(ValueError, match="1-D sequence of integers"):
             batch_env.reset([0.5])
         with pytest.raises(ValueError, match="1-D sequence of integers"):

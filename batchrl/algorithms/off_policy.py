@@ -7,7 +7,9 @@ arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step 
 
 import types
 
+import gymnasium as gym
 import keras
+import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
@@ -44,6 +46,31 @@ def target_of(model, build, *inputs):
     for t, o in zip(target.variables, model.variables, strict=True):
         t.assign(o)
     return target
+
+
+def check_box_actions(name, space):
+    """Checks that the algorithm `name` (e.g. "sac") can act in `space`, the action space
+    of its batch environment: a `Box` with finite bounds (which the wrappers and
+    `batchrl.spaces` map onto [-1, 1], where a tanh actor's actions lie), or the
+    `FlatActionSpace` of a `Dict` / `Tuple` of such leaves.
+
+    Raises:
+      ValueError: one line naming the first leaf that is not a `Box` (a `Discrete`,
+        `MultiDiscrete` or `MultiBinary` leaf, which a continuous actor cannot choose) or
+        has an infinite bound (which actions in (-1, 1) could never explore).
+    """
+    if isinstance(space, nested.FlatActionSpace):
+        named = [(nested.leaf_name("action", leaf.path), leaf.space) for leaf in space.leaves]
+    else:
+        named = [("action", space)]
+    for where, leaf in named:
+        if not isinstance(leaf, gym.spaces.Box):
+            problem = f"{where} is {leaf}"
+        elif not (np.isfinite(leaf.low).all() and np.isfinite(leaf.high).all()):
+            problem = f"{where} is {leaf}, with an infinite bound"
+        else:
+            continue
+        raise ValueError(f"{name} needs Box actions with finite bounds; {problem}")
 
 
 def networks(**models):
@@ -84,8 +111,10 @@ class OffPolicyAlgorithm:
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
-      ValueError: a bad `exploration` or `prioritized_replay` spec or action space
-        (the ranges of the other keys are checked by `configs.load`).
+      ValueError: a bad `exploration` or `prioritized_replay` spec, or an action space
+        the algorithm cannot act in (not `Discrete` for DQN; for SAC and TD3 a leaf that
+        is not a `Box` with finite bounds, `check_box_actions`); the ranges of the other
+        keys are checked by `configs.load`.
     """
 
     name = "off_policy"
@@ -115,6 +144,8 @@ class OffPolicyAlgorithm:
                 f"{self.name} needs a Discrete action space; use sac or td3 for Box actions"
                 if self.discrete_actions else
                 f"{self.name} needs continuous (Box) actions; use dqn for Discrete ones")
+        if not self.discrete_actions:
+            check_box_actions(self.name, batch_env.action_space)
         self._batch_size = int(config.batch_size or self.default_batch_size)
         self._observ_filter = StreamingNormalize(
             self._observ_shape, center=config.normalize_observ,

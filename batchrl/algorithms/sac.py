@@ -44,7 +44,8 @@ class SAC(off_policy.OffPolicyAlgorithm):
       joined with the action, goes through `value_layers` (may be empty).
 
     Raises:
-      ValueError: if the actions are not continuous (`Box` in [-1, 1]).
+      ValueError: if an action leaf is not a `Box` with finite bounds (naming it;
+        `off_policy.check_box_actions`).
     """
 
     name = "sac"

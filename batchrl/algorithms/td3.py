@@ -33,7 +33,8 @@ class TD3(off_policy.OffPolicyAlgorithm):
       Q function a torso of their own, as for SAC.
 
     Raises:
-      ValueError: if the actions are not continuous, or `policy_delay` < 1.
+      ValueError: if an action leaf is not a `Box` with finite bounds (naming it;
+        `off_policy.check_box_actions`), or `policy_delay` < 1.
     """
 
     name = "td3"

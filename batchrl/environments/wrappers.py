@@ -25,6 +25,7 @@ of `Connection.send`) and sent with `send_bytes`:
 import contextlib
 import functools
 import multiprocessing
+import operator
 import pickle
 import select
 import signal
@@ -496,7 +497,11 @@ def standard_wrappers(env, max_episode_steps=None):
       agent acts in [-1, 1] (actions outside are clipped) and -1 / 1 map to the original
       bounds. The returned environment declares `Box(-1, 1, shape, dtype)` as its action space
       (Gymnasium's `ClipAction` alone would declare infinite bounds). A `Box` with any
-      infinite bound is left as it is. `Discrete` action spaces are left untouched.
+      infinite bound is left as it is.
+    - `Discrete(n, start)` action space with `start` other than 0: Gymnasium's
+      `TransformAction` declaring `Discrete(n)`, so the agent acts with indices 0 ... n - 1,
+      as for a `Discrete` leaf of a nested space, and the environment receives
+      `start + index`. A `Discrete` starting at 0 is left untouched.
     - `MultiDiscrete`, `MultiBinary`, or `Dict` / `Tuple` action space (nested; leaves `Box`,
       `Discrete`, `MultiDiscrete`, `MultiBinary`): `batchrl.tools.nested.UnflattenAction`, so
       the agent acts with one flat float32 vector (`FlatActionSpace`: a `Box` leaf in [-1, 1]
@@ -550,6 +555,10 @@ def standard_wrappers(env, max_episode_steps=None):
         rescaled = gymnasium.wrappers.RescaleAction(env, low, high)
         env = gymnasium.wrappers.ClipAction(rescaled)
         env.action_space = rescaled.action_space
+    elif isinstance(action_space, spaces.Discrete) and action_space.start != 0:
+        env = gymnasium.wrappers.TransformAction(
+            env, functools.partial(operator.add, action_space.start),
+            spaces.Discrete(action_space.n))
     elif not isinstance(action_space, spaces.Box | spaces.Discrete):
         env = nested.UnflattenAction(env)
     if not isinstance(observation_space, spaces.Box):
