@@ -3,6 +3,7 @@ networks of `batchrl.algorithms.q_networks` from weights read out of the models 
 ReLU hidden layers, the config's default activation), and helpers to build the tests'
 algorithms and batches."""
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -28,7 +29,9 @@ def mock_env(observ_size=3, action_size=2, count=2):
 
 
 def build(cls, batch_env, step=0, **overrides):
-    """`cls` on `batch_env` with the `SMALL` config and `overrides`, training, not logging."""
+    """`cls` on `batch_env` with the `SMALL` config and `overrides`, training, not logging;
+    its initial weights seeded (the tests' batches are made for them)."""
+    keras.utils.set_random_seed(0)
     return cls(batch_env, tf.Variable(step, dtype=tf.int64), tf.Variable(True),
                tf.Variable(False), config(cls.name, **overrides))
 
@@ -127,3 +130,32 @@ def q_network(weights, observ):
 def variables(model):
     """Copies of the values of a model's variables, in order."""
     return [variable.numpy().astype(np.float64) for variable in model.variables]
+
+
+def sac_target(actor, target_critic, log_alpha, batch, noise):
+    """SAC's y = r + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' from standard
+    normal `noise` (Haarnoja et al. 2018, eq. 3, 5, with the clipped double Q)."""
+    next_action, next_log_prob = squashed_sample(actor, batch["nextob"], noise)
+    next_q = twin_q(target_critic, batch["nextob"], next_action).min(0)
+    return batch["reward"] + batch["discount"] * (next_q - np.exp(log_alpha) * next_log_prob)
+
+
+def td3_target(target_actor, target_critic, batch, noise, std, clip):
+    """TD3's y = r + gamma_k min_j Q'_j(s', clip(mu'(s') + clip(std noise, -clip, clip),
+    -1, 1)), `noise` standard normal (Fujimoto et al. 2018, eq. 14-15)."""
+    smoothed = deterministic_actor(target_actor, batch["nextob"]) + np.clip(
+        std * noise, -clip, clip)
+    next_q = twin_q(target_critic, batch["nextob"], np.clip(smoothed, -1.0, 1.0))
+    return batch["reward"] + batch["discount"] * next_q.min(0)
+
+
+def dqn_target(q, target, batch, allowed, double):
+    """DQN's y = r + gamma_k Q'(s', argmax over allowed a of Q(s', a)) with `double` (van
+    Hasselt et al. 2016, eq. 4), else r + gamma_k max over allowed a of Q'(s', a) (Mnih et
+    al. 2015); `allowed` bool `[batch, actions]`. Returns `(y, online Q(s', .), target
+    Q'(s', .), the online network's pick)`."""
+    online, values = q_network(q, batch["nextob"]), q_network(target, batch["nextob"])
+    pick = np.where(allowed, online, -np.inf).argmax(-1)
+    value = (values[np.arange(len(pick)), pick] if double
+             else np.where(allowed, values, -np.inf).max(-1))
+    return batch["reward"] + batch["discount"] * value, online, values, pick

@@ -49,22 +49,13 @@ def update():
     return algo, before, batch, noise, results, td_error.numpy()
 
 
-def _target(before, batch, noise):
-    """y = r + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')), a' from the first draw."""
-    next_action, next_log_prob = ref.squashed_sample(before["actor"], batch["nextob"],
-                                                     noise[0])
-    next_q = ref.twin_q(before["target"], batch["nextob"], next_action).min(0)
-    alpha = np.exp(before["log_alpha"])
-    return batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob)
-
-
 def test_critic_loss_is_the_weighted_squared_error_to_the_clipped_double_q_soft_target(
         update):
     """Catches: max in place of min over the target critics; + alpha log pi in the target;
     the config's discount in place of the batch's (bootstrapping past terminations); the
     online critic in place of the target; the importance weights dropped; the 0.5."""
     _, before, batch, noise, results, td_error = update
-    y = _target(before, batch, noise)
+    y = ref.sac_target(before["actor"], before["target"], before["log_alpha"], batch, noise[0])
     q = ref.twin_q(before["critic"], batch["observ"], batch["action"])
     error = q - y
     assert (np.abs(error) > 1).any() and (np.abs(error) < 1).any()

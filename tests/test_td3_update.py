@@ -76,8 +76,8 @@ def test_critic_fits_the_target_with_clipped_smoothing_noise(updates):
     smoothed = ref.deterministic_actor(before["target_actor"], batch["nextob"]) + np.clip(
         noise, -NOISE_CLIP, NOISE_CLIP)
     assert (smoothed > 1).any()  # So does the clip to the action space.
-    next_q = ref.twin_q(before["target_critic"], batch["nextob"], np.clip(smoothed, -1, 1))
-    y = batch["reward"] + batch["discount"] * next_q.min(0)
+    y = ref.td3_target(before["target_actor"], before["target_critic"], batch,
+                       before["noise"], NOISE, NOISE_CLIP)
     error = ref.twin_q(before["critic"], batch["observ"], batch["action"]) - y
     assert (np.abs(error) > 1).any() and (np.abs(error) < 1).any()
     np.testing.assert_allclose(results["critic_loss"],
