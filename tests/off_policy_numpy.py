@@ -20,9 +20,12 @@ def config(algorithm, **overrides):
     return configs.load("default", {"algorithm": algorithm, **SMALL, **overrides})
 
 
-def mock_env(observ_size=3, action_size=2, count=2):
-    """An in-graph batch of MockEnvironments with `Box(-1, 1, (action_size,))` actions."""
-    envs = [MockEnvironment((observ_size,), (action_size,), 2, 7) for _ in range(count)]
+def mock_env(observ_size=3, action_size=2, count=2, num_actions=None):
+    """An in-graph batch of MockEnvironments with `Box(-1, 1, (action_size,))` actions, or
+    `Discrete(num_actions)` ones."""
+    shape = (action_size,) if num_actions is None else ()
+    envs = [MockEnvironment((observ_size,), shape, 2, 7, num_actions=num_actions)
+            for _ in range(count)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
