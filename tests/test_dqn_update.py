@@ -53,7 +53,7 @@ def update(request):
     copy), its weights before one update, the batch, and the update's results."""
     batch_env = ApplicationBatchEnv(2, FlatObservationSpace(SPACE), gym.spaces.Discrete(ACTIONS))
     algo = ref.build(DQN, batch_env, batch_size=BATCH, double_q=request.param,
-                     target_update_rate=0.5, target_update_every=1)
+                     target_update_rate=0.25, target_update_every=1)
     q, target = algo.networks.policy, algo.checkpoint_state["target_policy"]
     q._advantage.bias.assign([4.0, 0.0, 0.0, 0.0, 0.0])
     for t, o in zip(target.variables, q.variables, strict=True):
@@ -97,12 +97,12 @@ def test_loss_is_the_weighted_huber_error_to_the_masked_double_q_target(update):
 
 
 def test_target_network_moves_by_the_polyak_rate(update):
-    """Q' <- 0.5 Q + 0.5 Q' after the step. Catches: the target not moved; moved from the
-    weights before the step."""
+    """Q' <- 0.25 Q + 0.75 Q' after the step. Catches: the target not moved; the rates
+    swapped."""
     algo, _, before, *_ = update
     online = ref.variables(algo.networks.policy)
     moved = ref.variables(algo.checkpoint_state["target_policy"])
     for value, old, new in zip(moved, before["target_variables"], online, strict=True):
-        np.testing.assert_allclose(value, 0.5 * new + 0.5 * old, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(value, 0.25 * new + 0.75 * old, rtol=1e-5, atol=1e-6)
     assert not all(np.allclose(a, b) for a, b in zip(
         online, before["q_variables"], strict=True)), "the Q network stepped"
