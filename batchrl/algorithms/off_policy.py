@@ -94,12 +94,15 @@ class OffPolicyAlgorithm:
     `begin_episodes` stores those of an episode cut short (truncated).
 
     Observations are normalized with running statistics when `normalize_observ` (stored
-    raw, normalized when acting and when sampled); rewards are used as they are.
+    raw, normalized when acting and when sampled); rewards are used as they are. With
+    `prioritized_replay`, the importance-sampling exponent anneals linearly from its
+    `beta` to 1 over the run's `steps` (`_beta`).
 
     Args:
       batch_env: an in-graph batch environment (its `terminated` variable tells
         terminations from truncations).
-      step: the global step variable (environment steps; drives exploration schedules).
+      step: the global step variable (environment steps; drives exploration schedules
+        and the annealing of prioritized replay's beta).
       is_training, should_log: bool scalar tensors or variables.
       config: with `discount`, `normalize_observ`, `observ_clip`, `replay_capacity`,
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
@@ -107,7 +110,7 @@ class OffPolicyAlgorithm:
         epsilon}`), `save_replay`, `exploration` (None: the subclass's
         `default_exploration`), `target_update_rate`, `target_update_every`, `policy_lr`,
         `value_lr`, `max_gradient_norm`, `jit_update`, `log_every`, `policy_layers`,
-        `value_layers`, `activation`, `seed`; optional `normalize_keys` as for
+        `value_layers`, `activation`, `seed`, `steps`; optional `normalize_keys` as for
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
@@ -357,7 +360,8 @@ class OffPolicyAlgorithm:
 
     def _train(self, count):
         """Runs `count` updates (`_update`) and writes the last one's diagnostics as
-        scalars under `NAME/`, at most once per `log_every` environment steps."""
+        scalars under `NAME/`, with `replay_size` and, when prioritized, `beta` (`_beta`),
+        at most once per `log_every` environment steps."""
         with tf.name_scope("update"):
             diagnostics = self._update(count)
             due = tf.logical_and(
@@ -368,6 +372,8 @@ class OffPolicyAlgorithm:
                              for name, value in diagnostics.items()]
                 summaries.append(tf.summary.scalar(
                     "replay_size", tf.cast(self._memory.size, tf.float32)))
+                if self._memory.prioritized:
+                    summaries.append(tf.summary.scalar("beta", self._beta()))
                 self._observ_filter.summary()
             with tf.control_dependencies(summaries):
                 logged = self._logged_at.assign(tf.where(due, self._step, self._logged_at))
@@ -386,7 +392,8 @@ class OffPolicyAlgorithm:
         return diagnostics
 
     def _sampled_update(self):
-        batch = self._memory.sample(self._batch_size)
+        beta = self._beta() if self._memory.prioritized else None
+        batch = self._memory.sample(self._batch_size, beta=beta)
         batch = dict(batch, observ=self._normalized(batch["observ"]),
                      nextob=self._normalized(batch["nextob"]))
         diagnostics, td_error = self._update_step(batch)
@@ -394,6 +401,16 @@ class OffPolicyAlgorithm:
         if self._memory.prioritized:
             done.append(self._memory.update_priorities(batch["index"], td_error))
         return {key: after(done, value) for key, value in diagnostics.items()}
+
+    def _beta(self):
+        """The importance-sampling exponent of prioritized replay at the current step:
+        `beta + (1 - beta) min(step / steps, 1)`, linear from the configured `beta` to 1
+        over the run's `steps` environment steps and 1 from there (Schaul et al. 2016,
+        arXiv:1511.05952, sec. 3.4); float32 scalar. Only with `prioritized_replay`."""
+        start = self._memory.prioritized["beta"]
+        fraction = tf.minimum(
+            tf.cast(self._step, tf.float32) / float(self._config.steps), 1.0)
+        return start + (1.0 - start) * fraction
 
     def _normalized(self, observ):
         return self._observ_filter.transform(tf.cast(observ, tf.float32))

@@ -30,6 +30,15 @@ class SAC(off_policy.OffPolicyAlgorithm):
     - targets: Q' <- tau Q + (1 - tau) Q', tau = `target_update_rate`, every
       `target_update_every` updates.
 
+    The actor's loss is taken with the critics after this update's critic step, the
+    temperature's with the actor's log pi(a~|s) before the actor's step. With prioritized
+    replay, a transition's new priority comes from the mean over the two critics of
+    |Q_i(s, a) - y| (Schaul et al. 2016 define it for one Q function, and neither SAC's
+    nor TD3's paper uses prioritized replay: the mean is this code's choice, TD3's too).
+    Diagnostics (TensorBoard, under `sac/`): `critic_loss`,
+    `actor_loss`, `temperature_loss`, `temperature` alpha, `entropy` -mean log pi(a~|s),
+    `q` mean min_i Q_i(s, a~), and the gradient norms.
+
     The policy acts with a sampled action while training (no further exploration by
     default) and with tanh(mean) otherwise (and in exported models; `sample` draws).
 
@@ -148,7 +157,8 @@ class SAC(off_policy.OffPolicyAlgorithm):
             targets = self._update_targets([(self._target_critic, self._critic)])
         diagnostics = {
             "critic_loss": critic_loss, "actor_loss": actor_loss,
-            "temperature": alpha, "entropy": -tf.reduce_mean(log_prob),
+            "temperature_loss": alpha_loss, "temperature": alpha,
+            "entropy": -tf.reduce_mean(log_prob),
             "q": tf.reduce_mean(new_q), "critic_gradient_norm": critic_norm,
             "actor_gradient_norm": actor_norm}
         diagnostics = {key: after([targets], value)

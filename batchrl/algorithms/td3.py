@@ -22,7 +22,16 @@ class TD3(off_policy.OffPolicyAlgorithm):
       `target_noise`, c = `target_noise_clip` (section 5.3, eq. 14–15); loss sum_i mean(w
       (Q_i(s, a) - y)^2);
     - every `policy_delay` updates (section 5.2): the actor ascends Q_1(s, mu(s)), and the
-      targets of actor and critics move by `target_update_rate` (Polyak).
+      targets of actor and critics move by `target_update_rate` (Polyak). The targets move
+      with the actor only, so `target_update_every` must stay 1: `policy_delay` sets how
+      often they move.
+
+    The actor steps on the critics after this update's critic step. With prioritized
+    replay, a transition's new priority comes from the mean over the two critics of
+    |Q_i(s, a) - y|, as SAC's. Diagnostics (TensorBoard, under `td3/`): `critic_loss`;
+    `actor_loss`, -mean Q_1(s, mu(s)) of the last actor step; `q`, the critics' estimate
+    mean Q_1(s, a) of the batch's transitions before the critic's step (as DQN's `q`);
+    `critic_gradient_norm`.
 
     The actor is deterministic, mu(s) = tanh(MLP(s)); while training, the config's
     `exploration` (default `{type: gaussian, std: 0.1}`) perturbs its actions.
@@ -34,7 +43,8 @@ class TD3(off_policy.OffPolicyAlgorithm):
 
     Raises:
       ValueError: if an action leaf is not a `Box` with finite bounds (naming it;
-        `off_policy.check_box_actions`), or `policy_delay` < 1.
+        `off_policy.check_box_actions`), `policy_delay` < 1, or `target_update_every`
+        is not 1.
     """
 
     name = "td3"
@@ -46,6 +56,10 @@ class TD3(off_policy.OffPolicyAlgorithm):
         if int(config.policy_delay) < 1:
             raise ValueError(f"config key 'policy_delay' must be at least 1, got "
                              f"{config.policy_delay}")
+        if int(config.target_update_every) != 1:
+            raise ValueError(f"config key 'target_update_every' must be 1 for td3, got "
+                             f"{config.target_update_every}: its targets move with each actor "
+                             f"step, every policy_delay updates")
         size = int(math.prod(self._action_shape))
         observ = tf.zeros((1,) + self._observ_shape)
         action = tf.zeros((1, size))
@@ -102,7 +116,8 @@ class TD3(off_policy.OffPolicyAlgorithm):
         next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
         target = tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
         with tf.GradientTape() as tape:
-            td_error = self._critic(batch["observ"], action) - target
+            q = self._critic(batch["observ"], action)
+            td_error = q - target
             critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
         critic_norm = off_policy.apply_gradients(
             tape, critic_loss, self._critic.trainable_variables, self._critic_optimizer,
@@ -126,5 +141,5 @@ class TD3(off_policy.OffPolicyAlgorithm):
             due = tf.equal((self._updates + 1) % int(config.policy_delay), 0)
             actor_loss = tf.cond(due, actor_step, lambda: tf.identity(self._actor_loss))
         diagnostics = {"critic_loss": critic_loss, "actor_loss": actor_loss,
-                       "q": tf.reduce_mean(target), "critic_gradient_norm": critic_norm}
+                       "q": tf.reduce_mean(q[0]), "critic_gradient_norm": critic_norm}
         return diagnostics, tf.reduce_mean(tf.abs(td_error), 0)
