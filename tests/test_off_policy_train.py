@@ -1,6 +1,6 @@
 """Off-policy runs of the train command: stopped with Ctrl-C and resumed, a run with
-`save_replay: true` continues with the replay memory it had; without it, the checkpoint
-holds no memory."""
+`save_replay: true` continues with the replay memory it had, kept once in RUN/replay/ beside
+the latest checkpoint and in no checkpoint; without it, no memory is saved."""
 
 import os
 import signal
@@ -18,7 +18,8 @@ SMALL = ["--set", "policy_layers=[16]", "--set", "value_layers=[16]", "--set", "
 
 
 def _replay(checkpoint):
-    """The replay memory's size and stored rows in a checkpoint (None without one)."""
+    """The replay memory's size and stored rows in a checkpoint (None without one): the
+    replay that `save_replay` keeps beside checkpoint `RUN/ckpt-S` is `RUN/replay/ckpt-S`."""
     reader = tf.train.load_checkpoint(str(checkpoint))
     names = reader.get_variable_to_shape_map()
     size = [name for name in names if name.startswith("replay/") and "_size" in name]
@@ -45,12 +46,49 @@ def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT, stderr
     stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    rows, stored = _replay(logdir / f"ckpt-{stopped}")
+    rows, stored = _replay(logdir / "replay" / f"ckpt-{stopped}")
     assert rows == stopped  # Every training step stored one transition, eval steps none.
     more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
     assert train.main(more) == 0
-    final_rows, final = _replay(logdir / f"ckpt-{stopped + 400}")
+    final_rows, final = _replay(logdir / "replay" / f"ckpt-{stopped + 400}")
     assert final_rows == stopped + 400
+    for key, value in stored.items():
+        np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
+
+
+def _variables(checkpoint):
+    """`{name: shape}` of the variables in the checkpoint at prefix `checkpoint`."""
+    return dict(tf.train.list_variables(str(checkpoint)))
+
+
+def test_save_replay_keeps_the_memory_once_and_a_resumed_run_gets_it_back(tmp_path, capsys):
+    """Three checkpoints kept, one replay: that of the latest, which a resumed run restores
+    before it trains on (and the next save replaces)."""
+    logdir = tmp_path / "run"
+    args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "save_replay=true",
+            *SMALL]
+    assert train.main([*args, "--set", "steps=1200"]) == 0
+    checkpoints = sorted(path.name for path in logdir.glob("ckpt-*.index"))
+    assert checkpoints == [f"ckpt-{step}.index" for step in (1200, 400, 800)]
+    for name in checkpoints:
+        names = _variables(logdir / name.removesuffix(".index"))
+        assert "critic/_output/bias/.ATTRIBUTES/VARIABLE_VALUE" in names
+        assert not [key for key in names if key.startswith("replay/")], name
+    assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
+        "ckpt-1200.data-00000-of-00001", "ckpt-1200.index"]
+    assert _variables(logdir / "replay" / "ckpt-1200")[
+        "replay/storage/observ/.ATTRIBUTES/VARIABLE_VALUE"] == [100001, 3]
+    rows, stored = _replay(logdir / "replay" / "ckpt-1200")
+    assert rows == 1200  # One transition per training step.
+
+    capsys.readouterr()
+    assert train.main([*args, "--set", "steps=1600"]) == 0
+    assert (f"Replay memory: 1,200 transitions from {logdir / 'replay' / 'ckpt-1200'}."
+            in capsys.readouterr().out)
+    assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
+        "ckpt-1600.data-00000-of-00001", "ckpt-1600.index"]
+    final_rows, final = _replay(logdir / "replay" / "ckpt-1600")
+    assert final_rows == 1600  # Not 400: the resumed run went on from the 1,200 it had.
     for key, value in stored.items():
         np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
 
@@ -60,6 +98,7 @@ def test_without_save_replay_the_checkpoint_holds_no_memory(tmp_path):
     assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
                        *SMALL]) == 0
     assert _replay(logdir / "ckpt-400") is None
+    assert not (logdir / "replay").exists()
     names = tf.train.load_checkpoint(str(logdir / "ckpt-400")).get_variable_to_shape_map()
     assert any(name.startswith("target_critic/") for name in names)
 

@@ -76,11 +76,11 @@ class OffPolicyAlgorithm:
       config: with `discount`, `normalize_observ`, `observ_clip`, `replay_capacity`,
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
         `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
-        epsilon}`), `save_replay`, `exploration` (None: the subclass's
-        `default_exploration`), `target_update_rate`, `target_update_every`, `policy_lr`,
-        `value_lr`, `max_gradient_norm`, `jit_update`, `log_every`, `policy_layers`,
-        `value_layers`, `activation`, `seed`; optional `normalize_keys` as for
-        `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
+        epsilon}`), `save_replay` (read by the train command: `checkpoint_state`),
+        `exploration` (None: the subclass's `default_exploration`), `target_update_rate`,
+        `target_update_every`, `policy_lr`, `value_lr`, `max_gradient_norm`,
+        `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`;
+        optional `normalize_keys` as for `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
       ValueError: a bad `exploration` or `prioritized_replay` spec or action space
@@ -183,22 +183,19 @@ class OffPolicyAlgorithm:
     @property
     def checkpoint_state(self):
         """Trackables that define training: the networks, targets and optimizers, the
-        normalizer, the random generator and the update counters; the replay memory with
-        `save_replay: true` (a resumed run continues with the same contents)."""
-        state = dict(self._trackables, observ_filter=self._observ_filter,
-                     random=self._random, update_debt=self._debt, updates=self._updates)
-        if self._config.save_replay:
-            state["replay"] = self._memory
-        return state
+        normalizer, the random generator and the update counters. Not the replay memory
+        (`progress_state`), which can be large: with `save_replay: true` the train command
+        keeps it once per run directory, beside the latest checkpoint
+        (`batchrl.tools.loop.Loop`'s `replay`), not in every checkpoint."""
+        return dict(self._trackables, observ_filter=self._observ_filter,
+                    random=self._random, update_debt=self._debt, updates=self._updates)
 
     @property
     def progress_state(self):
-        """What `checkpoint_state` leaves out and an exactly continued Agent needs: the
-        replay memory (unless already there) and the exploration's noise state."""
-        state = {"exploration": self._exploration}
-        if not self._config.save_replay:
-            state["replay"] = self._memory
-        return state
+        """What `checkpoint_state` leaves out and an exactly continued Agent needs
+        (`batchrl.Agent.save`): the replay memory (`replay`) and the exploration's noise
+        state."""
+        return {"exploration": self._exploration, "replay": self._memory}
 
     @property
     def networks(self):
