@@ -26,7 +26,8 @@ class EnvironmentFailed(RuntimeError):
 @dataclasses.dataclass
 class PhaseResult:
     """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
-    undiscounted returns (`scores`) and lengths of the episodes that ended in it."""
+    undiscounted returns (`scores`) and lengths of the episodes that ended in it
+    (`mean_score` is NaN when none did)."""
 
     name: str
     global_step: int
@@ -49,8 +50,10 @@ class Loop:
 
     - `train`: `is_training` and `should_log` are true (sampled actions, learning on) for
       `eval_every` environment steps (`steps` counts every agent's step); the global `step`
-      variable counts these steps. `mean_score` / `mean_length` are written every
-      `log_every` steps and at the end of the phase to `LOGDIR/train`, and at its end, at
+      variable counts these steps. `mean_score` / `mean_length` of the episodes that
+      ended are written every `log_every` steps and at the end of the phase to
+      `LOGDIR/train` (nothing where none ended: a phase of fewer steps per agent than an
+      episode has scores none, as its printed line says), and at its end, at
       the global step, `time/train_steps_per_second` (the phase's training steps over its
       wall-clock seconds, updates included: `PhaseResult.steps_per_second`) and
       `time/train_phase_seconds` (those seconds), from which `batchrl-benchmark` averages
@@ -301,7 +304,7 @@ class Loop:
                     if on_phase:
                         on_phase(result)
                 bar.set_postfix_str(self._postfix(phases), refresh=False)
-                bar.write(self._report(phases))
+                bar.write(self._report(phases, len(self._batch_env)))
                 sys.stdout.flush()  # Progress reaches log files now, not at exit.
         finally:
             bar.close()
@@ -426,15 +429,26 @@ class Loop:
 
     @staticmethod
     def _postfix(phases):
-        return "  ".join(f"{p.name} {p.mean_score:.1f}" for p in phases)
+        return "  ".join(f"{p.name} {p.mean_score:.1f}" if p.scores else
+                         f"{p.name} no episode" for p in phases)
 
     @staticmethod
-    def _report(phases):
+    def _report(phases, agents):
+        """The line printed after a train phase (and its eval): each phase's mean score,
+        episodes and speed. A phase in which no episode ended (a train phase of fewer steps
+        per agent than an episode has: it begins new episodes, and the next eval phase
+        cuts them) says so, and why, where its mean would be NaN."""
         parts = [f"step {phases[0].global_step:>10,}"]
         for phase in phases:
-            parts.append(
-                f"{phase.name} score {phase.mean_score:9.1f} ({len(phase.scores)} episodes, "
-                f"{phase.steps_per_second:,.0f} steps/s)")
+            speed = f"{phase.steps_per_second:,.0f} steps/s"
+            if phase.scores:
+                parts.append(f"{phase.name} score {phase.mean_score:9.1f} "
+                             f"({len(phase.scores)} episodes, {speed})")
+            else:
+                parts.append(
+                    f"{phase.name}: no episode ended in this phase (phases of "
+                    f"{phase.steps // agents:,} steps per agent, shorter than an episode; "
+                    f"{speed})")
         return "  ".join(parts)
 
 
