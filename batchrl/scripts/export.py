@@ -5,8 +5,9 @@ latest checkpoint (or `--checkpoint`) and writes what `batchrl.Agent.export` wri
 `batchrl.export.export_policy`): a SavedModel whose `serving_default` signature maps
 `observation` (float32 `[None, ...]`, unnormalized; uint8 for image frames, e.g. Atari's
 `[None, 4, 84, 84]` on EnvPool) to the mean `action` in the environment's action space,
-with a `sample` signature for sampled actions; recurrent policies take and return
-`state`. TensorFlow's harmless ERROR lines about uint8 ops are dropped unless `--verbose`
+with a `sample` signature for sampled actions (dqn's and td3's with their exploration,
+`batchrl.export.export_policy`); recurrent policies take and return `state`. TensorFlow's
+harmless ERROR lines about uint8 ops are dropped unless `--verbose`
 (`batchrl.scripts.quiet`). It loads with `tf.saved_model.load` without batchrl, and no
 signature changes a variable, so it converts to TensorFlow Lite
 (`tf.lite.TFLiteConverter.from_saved_model`) and to ONNX (tf2onnx) as it is.
@@ -114,7 +115,8 @@ def _parser():
         prog="python -m batchrl.scripts.export",
         description="Export the policy of a training run as a SavedModel: serving_default "
                     "maps 'observation' to the mean 'action', 'sample' to a sampled one "
-                    "(recurrent policies also take and return 'state'). Loads with "
+                    "(dqn, td3: with their exploration; recurrent policies also take and "
+                    "return 'state'). Loads with "
                     "tf.saved_model.load, without batchrl.")
     parser.add_argument("--logdir", required=True,
                         help="the run directory written by batchrl.scripts.train")
