@@ -451,8 +451,9 @@ def main(argv=None):
     parser.add_argument("--config", default=DEFAULT_CONFIG,
                         help="the config of the runs (a name under configs/ or a path), with "
                              "Box actions; the settings follow its algorithm: a short "
-                             "schedule for ppo, trpo and a2c, a small replay memory saved in "
-                             "the checkpoints for sac and td3 (default: %(default)s)")
+                             "schedule for ppo, trpo and a2c, a small replay memory saved "
+                             "with the latest checkpoint for sac and td3 (default: "
+                             "%(default)s)")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     try:
