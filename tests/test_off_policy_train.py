@@ -104,9 +104,9 @@ def test_without_save_replay_the_checkpoint_holds_no_memory(tmp_path):
 
 
 def test_sac_on_a_dict_observation_trains_and_exports(tmp_path):
-    """Nested observations arrive flattened; the exported SAC actor takes the named leaves,
-    acts within the action bounds, and its `sample` draws around the deterministic
-    action."""
+    """Nested observations arrive flattened; the exported SAC actor takes the named leaves
+    and serves the deterministic action of the policy restored from the checkpoint, mapped
+    from [-1, 1] onto Pendulum's torque bounds; its `sample` draws around it."""
     logdir = tmp_path / "run"
     assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
                        "--set", "env=batchrl.environments.nested_tasks:DictPendulum",
@@ -115,11 +115,37 @@ def test_sac_on_a_dict_observation_trains_and_exports(tmp_path):
     assert export.main([f"--logdir={logdir}", f"--outdir={tmp_path / 'model'}"]) == 0
     model = tf.saved_model.load(str(tmp_path / "model"))
     inputs = model.signatures["serving_default"].structured_input_signature[1]
+    assert sorted(inputs) == ["observation_angle", "observation_velocity"]
     rng = np.random.default_rng(0)
-    feed = {name: tf.constant(rng.uniform(-1, 1, (5, *spec.shape[1:])), spec.dtype)
-            for name, spec in inputs.items()}
-    assert len(feed) >= 2 and all(name.startswith("observation_") for name in feed)
+    angle = rng.uniform(-np.pi, np.pi, 50)
+    feed = {"observation_angle": np.stack([np.cos(angle), np.sin(angle)], 1),
+            "observation_velocity": rng.uniform(-8, 8, (50, 1))}
+    feed = {name: tf.constant(value, tf.float32) for name, value in feed.items()}
     action = model.signatures["serving_default"](**feed)["action"].numpy()
     sampled = model.signatures["sample"](**feed)["action"].numpy()
-    assert action.shape == (5, 1) and np.abs(action).max() <= 2.0
+    # Flattened as Gymnasium flattens the Dict (keys sorted): cos, sin, velocity.
+    flat = np.concatenate([feed["observation_angle"], feed["observation_velocity"]], 1)
+    mean = _restored_mean_actions(logdir, flat)
+    assert action.shape == (50, 1) and np.ptp(mean) > 0.05  # Not one action for all.
+    np.testing.assert_allclose(action, -2.0 + (np.clip(mean, -1, 1) + 1) / 2 * 4.0,
+                               atol=1e-5)
     assert np.abs(sampled).max() <= 2.0 and not np.allclose(sampled, action)
+
+
+def _restored_mean_actions(logdir, observation):
+    """The deterministic actions in [-1, 1] of the run's policy restored from its latest
+    checkpoint, as `visualize` restores it, for flat observations `[n, size]`."""
+    from batchrl import build, environments
+    from batchrl.environments.local import BatchEnv
+    from batchrl.scripts.visualize import find_run, restore
+
+    config, checkpoint = find_run(logdir)
+    env = environments.create(config.env, environments.episode_limit(config))
+    batch_env = BatchEnv([env], blocking=True)
+    try:
+        built = build.build(config, batch_env, process_eager=False)
+        restore(built, checkpoint)
+        state = tf.zeros([len(observation), 0])
+        return built.algo.policy_action(tf.constant(observation), state)[0].numpy()
+    finally:
+        batch_env.close()
