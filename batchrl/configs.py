@@ -35,8 +35,8 @@ _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "learning_starts", "target_noise", "target_noise_clip"}
 _UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
-                 "inter_op_threads", "rollout_length"}
-_OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio"}
+                 "inter_op_threads", "rollout_length", "target_update_every"}
+_OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_update_rate"}
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
@@ -53,6 +53,9 @@ ENVPOOL_PREFIX = "envpool:"
 # Modules of environments that moved to batchrl.environments (read in old runs' configs).
 _MOVED_MODULES = {"batchrl.tools.nested_tasks": "batchrl.environments.nested_tasks",
                   "batchrl.tools.mock_environment": "batchrl.environments.mock"}
+# Keys whose default became null (the algorithm's own), and the value every run of an older
+# release saved: what null means for the algorithms but dqn (`_translate_old_run`).
+_NULL_SINCE = {"target_update_rate": 0.005, "target_update_every": 1}
 # Keys of older releases, and what replaced them (`_translate_old_keys`).
 _REPLACED = {"env_processes": "env_backend: write env_backend: local (for false) or "
                               "env_backend: processes (for true)"}
@@ -289,11 +292,18 @@ def read_run_config(path):
 
 
 def _translate_old_run(saved):
-    """A run's saved config with the backend keys of older releases written as today's:
+    """A run's saved config with the keys of older releases written as today's:
     `env: envpool:TASK` with `env_backend: envpool`; `env_processes` (dropped)
     as `env_backend: processes` (true) or `local` (false), unless `env_backend` was `ray`;
-    an `env` in a module that moved (`_MOVED_MODULES`) under its new module."""
+    an `env` in a module that moved (`_MOVED_MODULES`) under its new module; the
+    `target_update_rate: 0.005` and `target_update_every: 1` that every run saved before
+    their default became null (`_NULL_SINCE`) as null, which means the same for every
+    algorithm but dqn (a dqn run keeps them, as it trained with them)."""
     saved = dict(saved)
+    if saved.get("algorithm") != "dqn":
+        for key, value in _NULL_SINCE.items():
+            if saved.get(key) == value:
+                saved[key] = None
     for old, new in _MOVED_MODULES.items():  # Test tasks of an env `module:Class`.
         if isinstance(saved.get("env"), str) and saved["env"].startswith(old + ":"):
             saved["env"] = new + saved["env"][len(old):]

@@ -127,7 +127,11 @@ def export_policy(algo, observation_space, action_space, directory, seed=0):
       or int32 `[None]` for `Discrete`;
     - `sample`: the same, with a sampled action, drawn with TensorFlow's seeded random ops
       (seeded with `seed`; each call draws anew, and every process that loads the model
-      draws the same sequence).
+      draws the same sequence): from the policy's distribution (PPO, TRPO, A2C, SAC), or,
+      for a deterministic policy, with its exploration (DQN: epsilon-greedy with the
+      schedule's final epsilon; TD3: normal noise of the exploration's `std`; none with
+      `{type: none}`; `batchrl.algorithms.exploration`). `serving_default` never
+      explores.
 
     For a recurrent policy both also take `state` float32 `[None, state_size]` (zeros at
     the start of an episode) and return the next `state`.

@@ -116,3 +116,27 @@ def test_observe_without_final_observation_is_refused_and_records_nothing(config
     np.testing.assert_array_equal(memory.storage["observ"][:2].numpy(), observation)
     np.testing.assert_array_equal(memory.storage["nextob"][:2].numpy(), final)
     np.testing.assert_allclose(memory.storage["discount"][:2].numpy(), [0.99, 0.0])
+
+
+@pytest.mark.parametrize("save_replay", [False, True])
+def test_save_writes_the_memory_once_whatever_save_replay(tmp_path, save_replay):
+    """`save_replay` is the train command's: an Agent's one checkpoint holds its memory
+    once either way, and `load` gets it back."""
+    import tensorflow as tf
+
+    agent = _agent(save_replay=save_replay)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        agent.act(rng.uniform(-1, 1, (2, 3)))
+        agent.observe(rng.normal(size=2), [False, False], [False, False],
+                      final_observation=rng.uniform(-1, 1, (2, 3)))
+    agent.save(tmp_path / "agent")
+    names = [name for name, _ in tf.train.list_variables(str(tmp_path / "agent" / "agent"))]
+    assert [name for name in names if name.endswith("replay/storage/observ/.ATTRIBUTES/"
+                                                     "VARIABLE_VALUE")] == [
+        "progress/replay/storage/observ/.ATTRIBUTES/VARIABLE_VALUE"]
+    loaded = batchrl.Agent.load(tmp_path / "agent")
+    assert int(loaded._algo.memory.size.numpy()) == 6
+    for key, variable in agent._algo.memory.storage.items():
+        np.testing.assert_array_equal(loaded._algo.memory.storage[key].numpy(),
+                                      variable.numpy(), err_msg=key)

@@ -170,3 +170,37 @@ def test_atari_frames_stay_uint8_through_the_batch_and_the_graph():
         np.testing.assert_array_equal(in_graph.observ.numpy().shape, (2, 4, 84, 84))
     finally:
         batch.close()
+
+
+@pytest.mark.parametrize("task, options, observation, action, task_action", [
+    # Atari: uint8 stacks of 84 x 84 frames, as many as `stack_num`; Pong's 6 actions.
+    ("Pong-v5", {"episodic_life": True}, ((4, 84, 84), np.uint8), (6,), (6,)),
+    ("Pong-v5", {"stack_num": 2}, ((2, 84, 84), np.uint8), (6,), (6,)),
+    # Pendulum's torque in [-2, 2], declared as [-1, 1].
+    ("Pendulum-v1", None, ((3,), np.float32), ((-1.0,), (1.0,)), ((-2.0,), (2.0,))),
+    # DeepMind Control's Dict of position (8) and velocity (9), flattened.
+    ("CheetahRun-v1", None, ((17,), np.float32), ((-1.0,) * 6, (1.0,) * 6),
+     ((-1.0,) * 6, (1.0,) * 6)),
+])
+def test_task_spaces_come_from_envpools_spec(task, options, observation, action,
+                                             task_action):
+    """What `batchrl-export` serves: the observations as the batch gives them, the actions
+    in the task's own bounds (no pool is built)."""
+    from gymnasium import spaces
+
+    observation_space, action_space, task_action_space = envpool_env.task_spaces(
+        task, options)
+    assert (observation_space.shape, observation_space.dtype) == observation
+    for space, expected in ((action_space, action), (task_action_space, task_action)):
+        if len(expected) == 1:
+            assert space == spaces.Discrete(expected[0])
+        else:
+            assert space.dtype == np.float32
+            np.testing.assert_array_equal(space.low, expected[0])
+            np.testing.assert_array_equal(space.high, expected[1])
+    batch = EnvPoolBatchEnv(task, 1, num_threads=1, kwargs=options)
+    try:  # The spaces of the batch itself.
+        assert batch.observation_space == observation_space
+        assert batch.action_space == action_space
+    finally:
+        batch.close()

@@ -113,6 +113,8 @@ def test_replay_kept_needs_a_transition_per_step(tmp_path):
     from batchrl.algorithms.replay import ReplayMemory
 
     def saved(name, stored, step=8000, replay=True):
+        """A run directory as the Loop leaves it: checkpoint `ckpt-STEP`, and the replay
+        memory of `stored` transitions saved with it (`replay/ckpt-STEP`)."""
         memory = ReplayMemory(((3,), tf.float32), ((1,), tf.float32),
                               fault_injection.REPLAY_CAPACITY, num_agents=4)
         memory.insert({"observ": np.zeros((stored, 3), np.float32),
@@ -120,15 +122,18 @@ def test_replay_kept_needs_a_transition_per_step(tmp_path):
                        "action": np.zeros((stored, 1), np.float32),
                        "reward": np.zeros(stored, np.float32),
                        "discount": np.ones(stored, np.float32)})
-        state = {"replay": memory} if replay else {"other": tf.Variable(1)}
-        manager = tf.train.CheckpointManager(tf.train.Checkpoint(**state), tmp_path / name, 5)
-        manager.save(checkpoint_number=step)
+        checkpoint = tf.train.Checkpoint(other=tf.Variable(1))
+        tf.train.CheckpointManager(checkpoint, tmp_path / name, 5).save(checkpoint_number=step)
+        if replay:
+            tf.train.Checkpoint(replay=memory).write(str(tmp_path / name / "replay" /
+                                                         f"ckpt-{step}"))
         return evidence.replay_kept(tmp_path / name, fault_injection.REPLAY_CAPACITY)
 
     assert saved("kept", 8000) == (
         True, "replay memory at step 8,000: 8,000 transitions (expected 8,000)")
     # A resume at step 5,000 that started with an empty memory.
     assert saved("restarted", 3000)[0] is False
-    assert saved("none", 10, replay=False) == (False, "ckpt-8000 holds no replay memory")
+    assert saved("none", 10, replay=False) == (
+        False, "no replay memory saved with ckpt-8000 (replay/ckpt-8000)")
     assert evidence.replay_kept(tmp_path / "empty", 10) == (
         False, "no checkpoint to hold the replay memory")

@@ -49,6 +49,9 @@ def test_stacks_each_agents_last_frames_across_episode_ends():
     stacks = [None] * len(envs)
     seen = [0] * len(envs)
     began = 0
+    # Per agent and step, the NumPy stacks before and after it and whether it ended the
+    # episode (the after-stack is then the episode's final stack).
+    steps = [[] for _ in envs]
     for _ in range(10):
         run(False, False)
         for index, env in enumerate(envs):
@@ -57,14 +60,26 @@ def test_stacks_each_agents_last_frames_across_episode_ends():
             if len(new) == 2:  # The agent began an episode: its stack is the first frame.
                 began += 1
                 stacks[index] = [new[0]] * FRAMES
+            before = np.concatenate(stacks[index], -1)
             stacks[index] = stacks[index][1:] + [new[-1]]
-            np.testing.assert_array_equal(batch_env.observ.numpy()[index],
-                                          np.concatenate(stacks[index], -1))
+            after = np.concatenate(stacks[index], -1)
+            steps[index].append((before, after, env.steps[-1] == env.durations[-1]))
+            np.testing.assert_array_equal(batch_env.observ.numpy()[index], after)
     assert began > len(envs)  # Episodes ended and began again within the ten steps.
-    # PPO stored the stacked frames, as uint8, with the final stack of each episode.
-    memory = algo._memory.fields
-    assert memory["observ"].dtype == tf.uint8
-    assert memory["observ"].shape[-1] == FRAMES
+    # PPO stored the stacked frames as uint8: each step's stack and the one after it, the
+    # final stack of its episode where the step ended one. Its rollouts of 6 steps were
+    # updated on and emptied after step 6; steps 7 to 10 are in the memory.
+    episodes, length = algo._memory.data()
+    assert episodes["observ"].dtype == episodes["next_observ"].dtype == tf.uint8
+    np.testing.assert_array_equal(length.numpy(), [4, 4])
+    finals = 0
+    for index, recorded in enumerate(steps):
+        for stored, (before, after, done) in enumerate(recorded[-4:]):
+            np.testing.assert_array_equal(episodes["observ"][index, stored], before)
+            np.testing.assert_array_equal(episodes["next_observ"][index, stored], after)
+            assert bool(episodes["done"][index, stored]) == done
+            finals += done
+    assert finals >= 2  # Agent 0's episodes of 2 steps end at steps 8 and 10.
 
 
 def test_simulate_resets_fill_the_stack_with_the_first_frame():

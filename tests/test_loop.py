@@ -216,3 +216,33 @@ def test_episodes_cut_short_count_nowhere_but_end_the_running_length():
     Loop._collect(done, np.array([-1.0, np.nan, -2.0]), running, scores, lengths)
     assert scores == [-1.0] and lengths == [4]
     assert running.tolist() == [0, 0, 3]
+
+
+def test_a_train_phase_shorter_than_an_episode_says_no_episode_ended(tmp_path, capsys):
+    """4 agents, train phases of 40 steps (10 per agent), episodes of 12-15 steps: no
+    training episode ever ends (each phase begins new ones); the printed lines say so and
+    why, with no `nan`, and no train score summary is written (none NaN)."""
+    envs = [MockEnvironment((3,), (1,), 12, 15) for _ in range(4)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    config = configs.load("default", {"policy_layers": [8], "value_layers": [8]})
+    config.update(network=feed_forward_gaussian, max_length=15)
+    step, is_training, should_log = (tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+                                     tf.Variable(True))
+    algo = PPO(batch_env, step, is_training, should_log, config)
+    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
+    loop = Loop(tmp_path, batch_env, algo, step, is_training, should_log, checkpoint,
+                steps=80, eval_every=40, eval_episodes=4, log_every=20, progress=False)
+    capsys.readouterr()
+    results = loop.run()
+    assert [len(r.scores) for r in results] == [0, 4, 0, 4]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert ("train: no episode ended in this phase (phases of 10 steps per agent, "
+                "shorter than an episode; ") in line, line
+        assert "nan" not in line.lower() and "eval score" in line
+    values = [value for _, value in _scalars(tmp_path / "train", "mean_score")]
+    assert values == []
+    assert np.isfinite([v for _, v in _scalars(tmp_path / "eval", "mean_score")]).all()

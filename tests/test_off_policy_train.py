@@ -1,6 +1,6 @@
 """Off-policy runs of the train command: stopped with Ctrl-C and resumed, a run with
-`save_replay: true` continues with the replay memory it had; without it, the checkpoint
-holds no memory."""
+`save_replay: true` continues with the replay memory it had, kept once in RUN/replay/ beside
+the latest checkpoint and in no checkpoint; without it, no memory is saved."""
 
 import os
 import signal
@@ -18,7 +18,8 @@ SMALL = ["--set", "policy_layers=[16]", "--set", "value_layers=[16]", "--set", "
 
 
 def _replay(checkpoint):
-    """The replay memory's size and stored rows in a checkpoint (None without one)."""
+    """The replay memory's size and stored rows in a checkpoint (None without one): the
+    replay that `save_replay` keeps beside checkpoint `RUN/ckpt-S` is `RUN/replay/ckpt-S`."""
     reader = tf.train.load_checkpoint(str(checkpoint))
     names = reader.get_variable_to_shape_map()
     size = [name for name in names if name.startswith("replay/") and "_size" in name]
@@ -45,12 +46,49 @@ def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT, stderr
     stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    rows, stored = _replay(logdir / f"ckpt-{stopped}")
+    rows, stored = _replay(logdir / "replay" / f"ckpt-{stopped}")
     assert rows == stopped  # Every training step stored one transition, eval steps none.
     more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
     assert train.main(more) == 0
-    final_rows, final = _replay(logdir / f"ckpt-{stopped + 400}")
+    final_rows, final = _replay(logdir / "replay" / f"ckpt-{stopped + 400}")
     assert final_rows == stopped + 400
+    for key, value in stored.items():
+        np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
+
+
+def _variables(checkpoint):
+    """`{name: shape}` of the variables in the checkpoint at prefix `checkpoint`."""
+    return dict(tf.train.list_variables(str(checkpoint)))
+
+
+def test_save_replay_keeps_the_memory_once_and_a_resumed_run_gets_it_back(tmp_path, capsys):
+    """Three checkpoints kept, one replay: that of the latest, which a resumed run restores
+    before it trains on (and the next save replaces)."""
+    logdir = tmp_path / "run"
+    args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "save_replay=true",
+            *SMALL]
+    assert train.main([*args, "--set", "steps=1200"]) == 0
+    checkpoints = sorted(path.name for path in logdir.glob("ckpt-*.index"))
+    assert checkpoints == [f"ckpt-{step}.index" for step in (1200, 400, 800)]
+    for name in checkpoints:
+        names = _variables(logdir / name.removesuffix(".index"))
+        assert "critic/_output/bias/.ATTRIBUTES/VARIABLE_VALUE" in names
+        assert not [key for key in names if key.startswith("replay/")], name
+    assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
+        "ckpt-1200.data-00000-of-00001", "ckpt-1200.index"]
+    assert _variables(logdir / "replay" / "ckpt-1200")[
+        "replay/storage/observ/.ATTRIBUTES/VARIABLE_VALUE"] == [100001, 3]
+    rows, stored = _replay(logdir / "replay" / "ckpt-1200")
+    assert rows == 1200  # One transition per training step.
+
+    capsys.readouterr()
+    assert train.main([*args, "--set", "steps=1600"]) == 0
+    assert (f"Replay memory: 1,200 transitions from {logdir / 'replay' / 'ckpt-1200'}."
+            in capsys.readouterr().out)
+    assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
+        "ckpt-1600.data-00000-of-00001", "ckpt-1600.index"]
+    final_rows, final = _replay(logdir / "replay" / "ckpt-1600")
+    assert final_rows == 1600  # Not 400: the resumed run went on from the 1,200 it had.
     for key, value in stored.items():
         np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
 
@@ -60,14 +98,15 @@ def test_without_save_replay_the_checkpoint_holds_no_memory(tmp_path):
     assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
                        *SMALL]) == 0
     assert _replay(logdir / "ckpt-400") is None
+    assert not (logdir / "replay").exists()
     names = tf.train.load_checkpoint(str(logdir / "ckpt-400")).get_variable_to_shape_map()
     assert any(name.startswith("target_critic/") for name in names)
 
 
 def test_sac_on_a_dict_observation_trains_and_exports(tmp_path):
-    """Nested observations arrive flattened; the exported SAC actor takes the named leaves,
-    acts within the action bounds, and its `sample` draws around the deterministic
-    action."""
+    """Nested observations arrive flattened; the exported SAC actor takes the named leaves
+    and serves the deterministic action of the policy restored from the checkpoint, mapped
+    from [-1, 1] onto Pendulum's torque bounds; its `sample` draws around it."""
     logdir = tmp_path / "run"
     assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
                        "--set", "env=batchrl.environments.nested_tasks:DictPendulum",
@@ -76,11 +115,37 @@ def test_sac_on_a_dict_observation_trains_and_exports(tmp_path):
     assert export.main([f"--logdir={logdir}", f"--outdir={tmp_path / 'model'}"]) == 0
     model = tf.saved_model.load(str(tmp_path / "model"))
     inputs = model.signatures["serving_default"].structured_input_signature[1]
+    assert sorted(inputs) == ["observation_angle", "observation_velocity"]
     rng = np.random.default_rng(0)
-    feed = {name: tf.constant(rng.uniform(-1, 1, (5, *spec.shape[1:])), spec.dtype)
-            for name, spec in inputs.items()}
-    assert len(feed) >= 2 and all(name.startswith("observation_") for name in feed)
+    angle = rng.uniform(-np.pi, np.pi, 50)
+    feed = {"observation_angle": np.stack([np.cos(angle), np.sin(angle)], 1),
+            "observation_velocity": rng.uniform(-8, 8, (50, 1))}
+    feed = {name: tf.constant(value, tf.float32) for name, value in feed.items()}
     action = model.signatures["serving_default"](**feed)["action"].numpy()
     sampled = model.signatures["sample"](**feed)["action"].numpy()
-    assert action.shape == (5, 1) and np.abs(action).max() <= 2.0
+    # Flattened as Gymnasium flattens the Dict (keys sorted): cos, sin, velocity.
+    flat = np.concatenate([feed["observation_angle"], feed["observation_velocity"]], 1)
+    mean = _restored_mean_actions(logdir, flat)
+    assert action.shape == (50, 1) and np.ptp(mean) > 0.05  # Not one action for all.
+    np.testing.assert_allclose(action, -2.0 + (np.clip(mean, -1, 1) + 1) / 2 * 4.0,
+                               atol=1e-5)
     assert np.abs(sampled).max() <= 2.0 and not np.allclose(sampled, action)
+
+
+def _restored_mean_actions(logdir, observation):
+    """The deterministic actions in [-1, 1] of the run's policy restored from its latest
+    checkpoint, as `visualize` restores it, for flat observations `[n, size]`."""
+    from batchrl import build, environments
+    from batchrl.environments.local import BatchEnv
+    from batchrl.scripts.visualize import find_run, restore
+
+    config, checkpoint = find_run(logdir)
+    env = environments.create(config.env, environments.episode_limit(config))
+    batch_env = BatchEnv([env], blocking=True)
+    try:
+        built = build.build(config, batch_env, process_eager=False)
+        restore(built, checkpoint)
+        state = tf.zeros([len(observation), 0])
+        return built.algo.policy_action(tf.constant(observation), state)[0].numpy()
+    finally:
+        batch_env.close()

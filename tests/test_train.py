@@ -314,3 +314,11 @@ def test_training_turns_off_the_grappler_passes_that_cost_more_than_they_save():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["None None", "False False 1"]
+
+
+def test_help_names_every_algorithm(capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("BatchPPO", "TRPO", "A2C", "SAC", "TD3", "DQN", "config key algorithm"):
+        assert name in text, name

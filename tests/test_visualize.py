@@ -190,20 +190,6 @@ def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
     assert all(frame.shape == (500, 500, 3) for frame in frames)  # Pendulum-v1's frames.
 
 
-def test_atari_on_envpool_is_shown_through_its_observations(tmp_path):
-    logdir = tmp_path / "pong"
-    result = _run("train", "--config=pong", f"--logdir={logdir}", "--set", "steps=32",
-                  "--set", "num_agents=2", "--set", "rollout_length=8", "--set",
-                  "batch_size=8", "--set", "eval_every=32", "--set", "eval_episodes=0")
-    assert result.returncode == 0, result.stderr
-    assert "oneDNN supports DT_UINT8" not in result.stderr  # A harmless line, dropped.
-    length, frames, fps = _played(logdir, tmp_path / "videos", 40)
-    assert fps == 15  # 60 / EnvPool's frame skip of 4.
-    assert length == len(frames) == 40
-    assert all(frame.shape == (84, 84, 3) for frame in frames)  # The observations' size.
-    assert np.ptp(np.stack(frames)) > 50  # A picture, not a blank.
-
-
 def test_an_observation_shows_its_newest_frame():
     from batchrl.scripts.visualize import observation_frame
 
@@ -215,7 +201,7 @@ def test_an_observation_shows_its_newest_frame():
     np.testing.assert_array_equal(observation_frame(rgb), rgb)
 
 
-def test_tiny_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
+def test_small_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
     from batchrl.scripts.visualize import video_frame
 
     minatar = np.zeros((10, 10, 3), np.float64)
@@ -224,6 +210,14 @@ def test_tiny_and_float_frames_become_uint8_frames_of_at_least_160_pixels():
     assert frame.dtype == np.uint8 and frame.shape == (160, 160, 3)
     np.testing.assert_array_equal(frame[32:48, 48:64], np.full((16, 16, 3), [255, 128, 0]))
     assert frame[:32].max() == 0
-    for shape in ((500, 500, 3), (64, 64, 3)):  # Pendulum's; ReachAndChoose's stays 64.
-        frame = np.full(shape, 7, np.uint8)
-        np.testing.assert_array_equal(video_frame(frame), frame)
+    rng = np.random.default_rng(0)
+    # Atari's 84 x 84 observations each pixel 2 x 2, ReachAndChoose's 64 x 64 3 x 3.
+    for size, factor in ((84, 2), (64, 3)):
+        image = rng.integers(0, 256, (size, size, 3), np.uint8)
+        expected = np.zeros((size * factor, size * factor, 3), np.uint8)
+        for row in range(factor):
+            for column in range(factor):
+                expected[row::factor, column::factor] = image
+        np.testing.assert_array_equal(video_frame(image), expected)
+    frame = np.full((500, 500, 3), 7, np.uint8)  # Pendulum's, as it is.
+    np.testing.assert_array_equal(video_frame(frame), frame)

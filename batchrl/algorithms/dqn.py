@@ -43,7 +43,9 @@ class DQN(off_policy.OffPolicyAlgorithm):
     One update: Q(s, a) fits `double_q_target` with the Huber loss (delta 1, Mnih et al.
     2015, Methods: the clipped error term), weighted by the importance weights of
     prioritized replay; the target network moves by `target_update_rate` every
-    `target_update_every` updates (rate 1: the periodic copy of Mnih et al.). Actions are
+    `target_update_every` updates, by default (both None) copied every 10,000 updates
+    (Mnih et al. 2015, Extended Data Table 1: the target network update frequency C,
+    counted in parameter updates). Actions are
     epsilon-greedy while training (`exploration`, default `{type: epsilon_decay, initial:
     1.0, final: 0.05, steps: 10000}`), greedy otherwise and in exported models (`sample`:
     epsilon-greedy with the final epsilon). With an observation's `action_mask` (a `Dict`
@@ -68,6 +70,8 @@ class DQN(off_policy.OffPolicyAlgorithm):
     default_batch_size = 64
     default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
                            "steps": 10000}
+    default_target_update_rate = 1.0  # A copy, as in Mnih et al. 2015.
+    default_target_update_every = 10000
     config_keys = (off_policy.OffPolicyAlgorithm.config_keys - {"policy_lr"}) | {
         "double_q", "dueling", "network", "orthogonal_init"}
 

@@ -16,7 +16,13 @@ A spec is a mapping with a `type` and that type's keys (config key `exploration`
   section 7);
 - `{type: none}`: the policy's own action (SAC samples from its stochastic policy).
 
-Exploration acts only while training; deterministic acting and exported models never see it.
+Exploration acts while training, never in deterministic acting (evaluation phases,
+`Agent.act(deterministic=True)`, visualize) nor in an exported model's `serving_default`.
+An exported model's `sample` signature draws as training acts, without state: DQN
+epsilon-greedy with the schedule's `final` epsilon, TD3 its action plus normal noise of the
+spec's `std` (also for `ornstein_uhlenbeck`, drawn anew at each call: a model keeps no noise
+state), clipped to [-1, 1]; with `{type: none}` their `sample` is their deterministic action
+(`batchrl.export.export_policy`).
 """
 
 import tensorflow as tf

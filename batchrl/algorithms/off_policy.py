@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from batchrl import configs
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms.replay import ReplayMemory
 from batchrl.optimizers import base as optimizers_base
@@ -107,10 +108,12 @@ class OffPolicyAlgorithm:
       config: with `discount`, `normalize_observ`, `observ_clip`, `replay_capacity`,
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
         `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
-        epsilon}`), `save_replay`, `exploration` (None: the subclass's
-        `default_exploration`), `target_update_rate`, `target_update_every`, `policy_lr`,
-        `value_lr`, `max_gradient_norm`, `jit_update`, `log_every`, `policy_layers`,
-        `value_layers`, `activation`, `seed`, `steps`; optional `normalize_keys` as for
+        epsilon}`), `save_replay` (read by the train command: `checkpoint_state`),
+        `exploration` (None: the subclass's `default_exploration`), `target_update_rate`
+        and `target_update_every` (None: the subclass's `default_target_update_rate` and
+        `default_target_update_every`), `policy_lr`, `value_lr`, `max_gradient_norm`,
+        `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`,
+        `steps`; optional `normalize_keys` as for
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
@@ -124,6 +127,10 @@ class OffPolicyAlgorithm:
     discrete_actions = False  # Whether the algorithm acts with Discrete or with Box actions.
     default_batch_size = 256
     default_exploration = None
+    # Polyak averaging every update at rate 0.005 (Fujimoto et al. 2018, sec. 6.1; Haarnoja
+    # et al. 2018, arXiv:1812.05905, table 1).
+    default_target_update_rate = 0.005
+    default_target_update_every = 1
     config_keys = frozenset({
         "discount", "normalize_observ", "observ_clip", "replay_capacity", "learning_starts",
         "updates_per_step", "batch_size", "n_step", "prioritized_replay", "save_replay",
@@ -136,7 +143,10 @@ class OffPolicyAlgorithm:
         self._step = step
         self._is_training = is_training
         self._should_log = should_log
-        self._config = config
+        defaults = {"target_update_rate": self.default_target_update_rate,
+                    "target_update_every": self.default_target_update_every}
+        config = self._config = configs.Config(config, **{
+            key: value for key, value in defaults.items() if config.get(key) is None})
         self._num_agents = len(batch_env)
         self._observ_shape = tuple(batch_env.observ.shape[1:])
         self._action_shape = tuple(batch_env.action.shape[1:])
@@ -218,22 +228,19 @@ class OffPolicyAlgorithm:
     @property
     def checkpoint_state(self):
         """Trackables that define training: the networks, targets and optimizers, the
-        normalizer, the random generator and the update counters; the replay memory with
-        `save_replay: true` (a resumed run continues with the same contents)."""
-        state = dict(self._trackables, observ_filter=self._observ_filter,
-                     random=self._random, update_debt=self._debt, updates=self._updates)
-        if self._config.save_replay:
-            state["replay"] = self._memory
-        return state
+        normalizer, the random generator and the update counters. Not the replay memory
+        (`progress_state`), which can be large: with `save_replay: true` the train command
+        keeps it once per run directory, beside the latest checkpoint
+        (`batchrl.tools.loop.Loop`'s `replay`), not in every checkpoint."""
+        return dict(self._trackables, observ_filter=self._observ_filter,
+                    random=self._random, update_debt=self._debt, updates=self._updates)
 
     @property
     def progress_state(self):
-        """What `checkpoint_state` leaves out and an exactly continued Agent needs: the
-        replay memory (unless already there) and the exploration's noise state."""
-        state = {"exploration": self._exploration}
-        if not self._config.save_replay:
-            state["replay"] = self._memory
-        return state
+        """What `checkpoint_state` leaves out and an exactly continued Agent needs
+        (`batchrl.Agent.save`): the replay memory (`replay`) and the exploration's noise
+        state."""
+        return {"exploration": self._exploration, "replay": self._memory}
 
     @property
     def networks(self):

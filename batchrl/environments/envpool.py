@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from batchrl.environments.base import BaseBatchEnv
 
-__all__ = ["EnvPoolBatchEnv", "check_task_id", "resolve_options", "task_ids"]
+__all__ = ["EnvPoolBatchEnv", "check_task_id", "resolve_options", "task_ids", "task_spaces"]
 
 # Options of `envpool.make_gymnasium` that `EnvPoolBatchEnv` sets itself, and why.
 _MANAGED = {
@@ -44,6 +44,41 @@ def episode_limit(task_id):
     import envpool
 
     return int(envpool.make_spec(task_id).config.max_episode_steps)
+
+
+def task_spaces(task_id, options=None):
+    """The spaces of one environment of an EnvPool task, read from EnvPool's spec
+    (`envpool.make_spec`; no environment is built).
+
+    Args:
+      task_id: an EnvPool task id, e.g. "Pong-v5" (`envpool.list_all_envs()`).
+      options: dict of the task's options or None, as `resolve_options` returns them
+        (checked); those that shape the observations (e.g. Atari's `stack_num`,
+        `img_height`, `gray_scale`) change the spaces.
+
+    Returns:
+      `(observation_space, action_space, task_action_space)`: the first two as
+      `EnvPoolBatchEnv` declares them (float32 observations, uint8 frames `[4, 84, 84]` for
+      Atari, a `Dict` of a DeepMind Control task flattened; a bounded `Box` action as
+      `Box(-1, 1)`), and the task's own action space (a bounded `Box` float32 with the
+      task's bounds, onto which [-1, 1] is mapped; otherwise the declared one).
+
+    Raises:
+      ValueError: an unknown task id (naming close matches), or a space that
+        `EnvPoolBatchEnv` does not support.
+    """
+    import envpool
+
+    check_task_id(task_id)
+    with _quiet_spaces():
+        spec = envpool.make_spec(task_id, **dict(options or {}))
+        observation_space, _ = _observation_space(spec.observation_space)
+        action_space, low, high = _action_space(spec.action_space)
+    if low is None:
+        return observation_space, action_space, action_space
+    task_action_space = spaces.Box(low.astype(np.float32), high.astype(np.float32),
+                                   action_space.shape, np.float32)
+    return observation_space, action_space, task_action_space
 
 
 def resolve_options(task_id, num_threads, max_episode_steps, options):

@@ -1,11 +1,12 @@
 """Train an agent: `python -m batchrl.scripts.train --config=pendulum --logdir=runs/pendulum`.
 
-The run directory receives the resolved `config.yaml`, checkpoints, and TensorBoard event
-files in `train/` and `eval/`. Running the same command again resumes from the latest
-checkpoint. Ctrl-C (SIGINT) or SIGTERM stops training after the current step, saves a
-checkpoint and exits with 128 + the signal number (a second Ctrl-C stops at once). With
-`env_backend: ray`, a local Ray that the run started is stopped when it exits, however it
-exits; a cluster it joined (`ray_address`) is left running.
+The run directory receives the resolved `config.yaml`, checkpoints, TensorBoard event
+files in `train/` and `eval/`, and with `save_replay: true` the replay memory of the latest
+checkpoint in `replay/` (once, not in every checkpoint). Running the same command again
+resumes from the latest checkpoint. Ctrl-C (SIGINT) or SIGTERM stops training after the
+current step, saves a checkpoint and exits with 128 + the signal number (a second Ctrl-C
+stops at once). With `env_backend: ray`, a local Ray that the run started is stopped when
+it exits, however it exits; a cluster it joined (`ray_address`) is left running.
 """
 
 import argparse
@@ -174,13 +175,16 @@ def configure_tensorflow(config):
 def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
     """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
     `logdir`: its schedule, progress output, stop event and start time (`started_at`,
-    epoch seconds, for `Loop.startup_seconds`)."""
+    epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
+    memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
+    `replay`)."""
     from batchrl.tools.loop import Loop
 
     return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                 eval_episodes=config.eval_episodes, log_every=config.log_every,
                 progress=progress, stop=stop, steps_per_call=config.steps_per_call,
-                jit_compile=config.jit_step, started_at=started_at)
+                jit_compile=config.jit_step, started_at=started_at,
+                replay=agent.algo.memory if config.save_replay else None)
 
 
 def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None,
@@ -247,6 +251,8 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
                   flush=True)
+            if config.save_replay:
+                _print_replay(loop, agent.algo.memory)
         try:
             ready = None if config.eager else (lambda: _print_ready(loop))
             # Loading a cached XLA program, and uint8 ops, log harmless ERROR lines; a
@@ -266,6 +272,17 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
         tf.config.run_functions_eagerly(eager)
 
 
+def _print_replay(loop, memory):
+    """Says which replay memory a resumed run continues with (`Loop.replay_restored`)."""
+    if loop.replay_restored:
+        print(f"Replay memory: {int(memory.size.numpy()):,} transitions from "
+              f"{loop.replay_restored}.", flush=True)
+    else:
+        print("Replay memory: none was saved with this checkpoint (it is not the latest the "
+              "run wrote, or the replay/ directory is gone); starting with an empty memory.",
+              flush=True)
+
+
 def _print_ready(loop):
     """Says how long the fixed cost before the first training step took."""
     tracing = f"{loop.tracing_seconds:.1f} s tracing and optimizing the step function"
@@ -280,8 +297,9 @@ def _print_ready(loop):
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m batchrl.scripts.train",
-        description="Train an agent (BatchPPO, TRPO, A2C or your own: config key algorithm) "
-                    "on a Gymnasium environment. Writes config.yaml, checkpoints and "
+        description="Train an agent (on-policy BatchPPO, TRPO, A2C; off-policy SAC, TD3, "
+                    "DQN; or your own: config key algorithm) on a Gymnasium, EnvPool or "
+                    "in-graph environment. Writes config.yaml, checkpoints and "
                     "TensorBoard summaries (train/, eval/) into LOGDIR; running the same "
                     "command again resumes the run.")
     parser.add_argument(

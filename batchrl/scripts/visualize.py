@@ -153,22 +153,23 @@ def _fps(env):
     return fps if fps else DEFAULT_FPS
 
 
-# Renders with a side under TINY_FRAME pixels (MinAtar's 10 x 10) are enlarged, by
-# repeating each pixel, to at least ENLARGED_FRAME pixels a side.
-TINY_FRAME = 64
+# Frames with a side under ENLARGED_FRAME pixels (MinAtar's 10 x 10, Atari's 84 x 84
+# observations, ReachAndChoose's 64 x 64) are enlarged, by repeating each pixel, to at
+# least ENLARGED_FRAME pixels a side.
 ENLARGED_FRAME = 160
 
 
 def video_frame(image):
     """A rendered frame as the video takes it: uint8 `[h, w, 3]` (a float image in [0, 1]
-    scaled to 0–255, one in [0, 255] clipped); a tiny one (a side under `TINY_FRAME`
-    pixels) with each pixel repeated so that its smaller side has at least
-    `ENLARGED_FRAME` pixels."""
+    scaled to 0–255, one in [0, 255] clipped); a small one (a side under `ENLARGED_FRAME`
+    pixels) with each pixel repeated `k` times along both axes, `k` the smallest integer
+    that gives its smaller side at least `ENLARGED_FRAME` pixels (10 x 10: 16, 84 x 84:
+    2)."""
     image = np.asarray(image)
     if image.dtype != np.uint8:
         scale = 255.0 if image.dtype.kind == "f" and image.max() <= 1.0 else 1.0
         image = np.round(np.clip(image * scale, 0.0, 255.0)).astype(np.uint8)
-    if min(image.shape[:2]) < TINY_FRAME:
+    if min(image.shape[:2]) < ENLARGED_FRAME:
         factor = -(-ENLARGED_FRAME // min(image.shape[:2]))
         image = np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
     return image
@@ -396,9 +397,12 @@ def main(argv=None):
               flush=True)
 
     try:
-        records = visualize(config, checkpoint, args.outdir, episodes=args.episodes,
-                            max_steps=args.max_steps, seed=args.seed, progress=args.progress,
-                            on_episode=report)
+        # uint8 ops (image observations) log harmless ERROR lines; a quiet run drops them.
+        with quiet.filtered_stderr(quiet.HARMLESS_LOG_LINES,
+                                   enabled=not args.verbose and quiet.is_quiet()):
+            records = visualize(config, checkpoint, args.outdir, episodes=args.episodes,
+                                max_steps=args.max_steps, seed=args.seed,
+                                progress=args.progress, on_episode=report)
     except KeyboardInterrupt:
         print(f"\nInterrupted; finished episodes are listed in "
               f"{os.path.join(args.outdir, 'returns.json')}.", file=sys.stderr)

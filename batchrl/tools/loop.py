@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import os
+import pathlib
 import sys
 import time
 
@@ -25,7 +26,8 @@ class EnvironmentFailed(RuntimeError):
 @dataclasses.dataclass
 class PhaseResult:
     """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
-    undiscounted returns (`scores`) and lengths of the episodes that ended in it."""
+    undiscounted returns (`scores`) and lengths of the episodes that ended in it
+    (`mean_score` is NaN when none did)."""
 
     name: str
     global_step: int
@@ -48,8 +50,10 @@ class Loop:
 
     - `train`: `is_training` and `should_log` are true (sampled actions, learning on) for
       `eval_every` environment steps (`steps` counts every agent's step); the global `step`
-      variable counts these steps. `mean_score` / `mean_length` are written every
-      `log_every` steps and at the end of the phase to `LOGDIR/train`, and at its end, at
+      variable counts these steps. `mean_score` / `mean_length` of the episodes that
+      ended are written every `log_every` steps and at the end of the phase to
+      `LOGDIR/train` (nothing where none ended: a phase of fewer steps per agent than an
+      episode has scores none, as its printed line says), and at its end, at
       the global step, `time/train_steps_per_second` (the phase's training steps over its
       wall-clock seconds, updates included: `PhaseResult.steps_per_second`) and
       `time/train_phase_seconds` (those seconds), from which `batchrl-benchmark` averages
@@ -79,6 +83,20 @@ class Loop:
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
     are written after every train phase; `run()` resumes from the latest one.
 
+    A `replay` (the replay memory of `save_replay: true`) is kept once per run directory,
+    not in every checkpoint: `save` writes it to `LOGDIR/replay/ckpt-S` (S the global
+    step, the name of the checkpoint it belongs to), then the checkpoint `LOGDIR/ckpt-S`,
+    and only then deletes the replay of earlier checkpoints. A process stopped at any point
+    thus leaves the latest checkpoint with its own replay beside it (an unfinished
+    `replay/ckpt-S` belongs to no checkpoint yet and is deleted by the next save).
+    `restore` reads the replay of the checkpoint it restores: `replay/ckpt-S`, or, for a
+    run written before the replay had a directory of its own, the one inside `ckpt-S`.
+    A checkpoint without its replay (the run was resumed from an older checkpoint than the
+    latest, e.g. after deleting the newer ones, or `replay/` was deleted) restores none:
+    the memory starts empty rather than holding transitions collected after the
+    checkpoint's step, and the next save replaces the replay that was there
+    (`replay_restored` tells which happened).
+
     Args:
       logdir: run directory (created if missing).
       batch_env: `InGraphBatchEnv`.
@@ -101,6 +119,8 @@ class Loop:
         end of its last episode.
       started_at: optional epoch seconds at which the process (or command) started, for
         `startup_seconds`.
+      replay: optional trackable (the algorithm's replay memory) saved once per run
+        directory with the latest checkpoint, as above.
       jit_compile: compile the step function with XLA (`step_function`): the environment
         must be in-graph (`batchrl.envs`), nothing inside the call writes summaries (the
         algorithm's update summaries are left out) and the Loop writes the train phase's
@@ -114,7 +134,7 @@ class Loop:
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                  steps, eval_every, eval_episodes, log_every, keep_checkpoints=5,
                  progress=None, stop=None, steps_per_call=1, jit_compile=False,
-                 started_at=None):
+                 started_at=None, replay=None):
         for name, value in (("steps", steps), ("eval_every", eval_every),
                             ("log_every", log_every), ("steps_per_call", steps_per_call)):
             if value <= 0:
@@ -134,6 +154,9 @@ class Loop:
         self._restored = False
         self._manager = tf.train.CheckpointManager(
             checkpoint, self._logdir, max_to_keep=keep_checkpoints)
+        self._replay = None if replay is None else tf.train.Checkpoint(replay=replay)
+        self._replay_dir = pathlib.Path(self._logdir, "replay")
+        self._replay_restored = None
         self._writers = {
             name: tf.summary.create_file_writer(os.path.join(self._logdir, name))
             for name in ("train", "eval")}
@@ -169,28 +192,68 @@ class Loop:
         (float; None before it or without `started_at`)."""
         return self._startup_seconds
 
+    @property
+    def replay_restored(self):
+        """Where `restore` read the `replay` from (str: a checkpoint prefix), or None when
+        it restored none (no `replay`, no checkpoint, or the checkpoint's replay is
+        missing: see the class)."""
+        return self._replay_restored
+
     def restore(self):
-        """Restores the latest checkpoint if there is one; returns its path or None."""
+        """Restores the latest checkpoint if there is one, and the `replay` saved with it
+        (see the class); returns the checkpoint's path or None."""
         self._restored = True
         path = self._manager.latest_checkpoint
         if path:
             self._checkpoint.restore(path).assert_existing_objects_matched()
+            if self._replay is not None:
+                self._replay_restored = self._restore_replay(path)
         return path
 
+    def _restore_replay(self, path):
+        """Reads the replay of the checkpoint `path`; returns where from, or None."""
+        own = self._replay_dir / os.path.basename(path)
+        if tf.io.gfile.exists(f"{own}.index"):
+            self._replay.read(str(own)).assert_consumed()
+            return str(own)
+        # A run of an older release kept the replay inside each checkpoint.
+        if any(name.startswith("replay/") for name, _ in tf.train.list_variables(path)):
+            self._replay.read(path).expect_partial().assert_existing_objects_matched()
+            return path
+        return None
+
+    def _delete_replays_but(self, name):
+        """Deletes the files of the replays in `LOGDIR/replay` other than `name`'s
+        (`ckpt-S`), unfinished ones included."""
+        for entry in self._replay_dir.glob("ckpt-*"):
+            if entry.name.split(".")[0] == name:
+                continue
+            if entry.is_dir():  # `ckpt-S_temp`, what an interrupted write left.
+                tf.io.gfile.rmtree(str(entry))
+            else:
+                entry.unlink(missing_ok=True)
+
     def save(self):
-        """Writes a checkpoint at the current global step; returns its path.
+        """Writes a checkpoint at the current global step, and the `replay` beside it (see
+        the class); returns the checkpoint's path.
 
         Raises:
           FloatingPointError: a variable holds NaN or infinite values; nothing is written,
             so the last good checkpoint stays the latest.
         """
-        bad = _non_finite_variables(self._checkpoint)
+        bad = _non_finite_variables(self._checkpoint) + (
+            [] if self._replay is None else _non_finite_variables(self._replay))
         if bad:
             raise FloatingPointError(
                 f"not saving a checkpoint at step {int(self._step.numpy()):,}: non-finite "
                 f"values in {', '.join(bad[:5])}; the latest checkpoint is "
                 f"{self._manager.latest_checkpoint}")
-        path = self._manager.save(checkpoint_number=int(self._step.numpy()))
+        step = int(self._step.numpy())
+        if self._replay is not None:
+            self._replay.write(str(self._replay_dir / f"ckpt-{step}"))
+        path = self._manager.save(checkpoint_number=step)
+        if self._replay is not None:
+            self._delete_replays_but(os.path.basename(path))
         for writer in self._writers.values():
             writer.flush()
         return path
@@ -241,7 +304,7 @@ class Loop:
                     if on_phase:
                         on_phase(result)
                 bar.set_postfix_str(self._postfix(phases), refresh=False)
-                bar.write(self._report(phases))
+                bar.write(self._report(phases, len(self._batch_env)))
                 sys.stdout.flush()  # Progress reaches log files now, not at exit.
         finally:
             bar.close()
@@ -366,15 +429,26 @@ class Loop:
 
     @staticmethod
     def _postfix(phases):
-        return "  ".join(f"{p.name} {p.mean_score:.1f}" for p in phases)
+        return "  ".join(f"{p.name} {p.mean_score:.1f}" if p.scores else
+                         f"{p.name} no episode" for p in phases)
 
     @staticmethod
-    def _report(phases):
+    def _report(phases, agents):
+        """The line printed after a train phase (and its eval): each phase's mean score,
+        episodes and speed. A phase in which no episode ended (a train phase of fewer steps
+        per agent than an episode has: it begins new episodes, and the next eval phase
+        cuts them) says so, and why, where its mean would be NaN."""
         parts = [f"step {phases[0].global_step:>10,}"]
         for phase in phases:
-            parts.append(
-                f"{phase.name} score {phase.mean_score:9.1f} ({len(phase.scores)} episodes, "
-                f"{phase.steps_per_second:,.0f} steps/s)")
+            speed = f"{phase.steps_per_second:,.0f} steps/s"
+            if phase.scores:
+                parts.append(f"{phase.name} score {phase.mean_score:9.1f} "
+                             f"({len(phase.scores)} episodes, {speed})")
+            else:
+                parts.append(
+                    f"{phase.name}: no episode ended in this phase (phases of "
+                    f"{phase.steps // agents:,} steps per agent, shorter than an episode; "
+                    f"{speed})")
         return "  ".join(parts)
 
 

@@ -8,7 +8,7 @@ import re
 import time
 
 MARKER = "BATCHRL_FAULT_TRIAL"  # The environment variable that marks a trial's processes.
-REPLAY_SIZE = "replay/_size/.ATTRIBUTES/VARIABLE_VALUE"  # The memory's size in a checkpoint.
+REPLAY_SIZE = "replay/_size/.ATTRIBUTES/VARIABLE_VALUE"  # The memory's size in its file.
 
 
 def leftover_processes(trial, grace=0.0):
@@ -62,25 +62,26 @@ def checkpoint_readable(logdir):
 
 
 def replay_kept(logdir, capacity):
-    """Whether the replay memory in the latest checkpoint of `logdir` holds one transition
-    per training step before it, as the memory of a finished run whose resumes restored it
-    (`save_replay: true`) does, with `capacity` above the run's steps: a resume that started
-    with an empty memory would hold only the steps since. Returns `(bool, description)`.
+    """Whether the replay memory saved with the latest checkpoint `ckpt-S` of `logdir`
+    (`save_replay: true` keeps it in `logdir/replay/ckpt-S`) holds one transition per
+    training step before it, as the memory of a finished run whose resumes restored it
+    does, with `capacity` above the run's steps: a resume that started with an empty memory
+    would hold only the steps since. Returns `(bool, description)`.
     """
     import tensorflow as tf
 
     path = tf.train.latest_checkpoint(str(logdir))
     if path is None:
         return False, "no checkpoint to hold the replay memory"
+    name = pathlib.Path(path).name
+    replay = pathlib.Path(logdir, "replay", name)
+    if not pathlib.Path(f"{replay}.index").exists():
+        return False, f"no replay memory saved with {name} (replay/{name})"
     try:
-        reader = tf.train.load_checkpoint(path)
-        shapes = reader.get_variable_to_shape_map()
-        size = reader.get_tensor(REPLAY_SIZE) if REPLAY_SIZE in shapes else None
+        size = tf.train.load_checkpoint(str(replay)).get_tensor(REPLAY_SIZE)
     except Exception:  # noqa: BLE001 - counted as an unreadable checkpoint.
         return False, "the replay memory cannot be read"
-    step = step_of(pathlib.Path(path).name)
-    if size is None:
-        return False, f"{pathlib.Path(path).name} holds no replay memory"
+    step = step_of(name)
     expected = min(step, capacity)
     return int(size) == expected, (f"replay memory at step {step:,}: {int(size):,} "
                                    f"transitions (expected {expected:,})")

@@ -54,8 +54,8 @@ more than one checkpoint interval (the resumed step is more than `eval_every` be
 last step the killed run reported).
 
 The runs' settings follow the algorithm of `--config` (`settings`): a short on-policy
-schedule for ppo, trpo and a2c; for sac and td3 a small replay memory that goes into the
-checkpoints (`save_replay: true`), and each trial that resumes must end with a memory that
+schedule for ppo, trpo and a2c; for sac and td3 a small replay memory saved with the latest
+checkpoint (`save_replay: true`), and each trial that resumes must end with a memory that
 holds every training step (`replay_kept`: one that restarted empty would hold only the steps
 since the resume), counted as resumed runs that did not keep the replay memory. The
 bad-action trial of an off-policy `--config` uses `cartpole_dqn` (Discrete actions).
@@ -86,11 +86,9 @@ COMMON_SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}
                    "--set", "num_agents=4", "--set", "eval_episodes=2", "--set",
                    "worker_timeout=5", "--set", "max_length=200"]
 # And those of its algorithm's family: a short on-policy schedule, or a small replay memory
-# that goes into the checkpoints (`save_replay`), so that a resumed run keeps it.
+# saved with the latest checkpoint (`save_replay`), so that a resumed run keeps it.
 ON_POLICY_SETTINGS = ["--set", "update_every=4", "--set", "update_epochs=2"]
 REPLAY_CAPACITY = 20000  # More than STEPS: the memory of a finished run holds every step.
-# The replay memory's count of stored transitions in a checkpoint (batchrl.algorithms.replay).
-REPLAY_SIZE = "replay/_size/.ATTRIBUTES/VARIABLE_VALUE"
 OFF_POLICY_SETTINGS = ["--set", "learning_starts=200", "--set",
                        f"replay_capacity={REPLAY_CAPACITY}", "--set", "save_replay=true"]
 OFF_POLICY = ("sac", "td3", "dqn")  # Algorithms that learn from a replay memory.
@@ -453,8 +451,9 @@ def main(argv=None):
     parser.add_argument("--config", default=DEFAULT_CONFIG,
                         help="the config of the runs (a name under configs/ or a path), with "
                              "Box actions; the settings follow its algorithm: a short "
-                             "schedule for ppo, trpo and a2c, a small replay memory saved in "
-                             "the checkpoints for sac and td3 (default: %(default)s)")
+                             "schedule for ppo, trpo and a2c, a small replay memory saved "
+                             "with the latest checkpoint for sac and td3 (default: "
+                             "%(default)s)")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     try:
