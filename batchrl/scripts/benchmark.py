@@ -12,12 +12,14 @@ command continues from its last checkpoint). After every run, and with `--report
 without training, the report is rewritten from the event files of all runs under LOGDIR
 (`--report-only`: filtered by `--configs` / `--seeds` when given): OUTPUT (default
 docs/results.md), opening with one table of every config under configs/ (the first eval at
-or above its threshold beside its final eval, "not measured" without a recorded run), then
-a table per config (per seed and the median over seeds) and a plot per config next to it (docs/CONFIG.png, made with batchrl-plot); the text of
-LOGDIR/CONFIG/notes.md, where one exists, goes under the config's heading (e.g. which runs
-shared the machine). The section of a config without runs under LOGDIR is kept from the
-report already at OUTPUT, with a line saying so (run directories do not outlive a machine,
-the report does). Give trial runs their own LOGDIR and OUTPUT.
+or above its threshold beside its final eval, from its section or else from the newest
+other report of batchrl-benchmark in OUTPUT's folder, "not measured" without a recorded
+run), then a table per config (per seed and the median over seeds) and a plot per config
+next to it (docs/CONFIG.png, made with batchrl-plot); the text of LOGDIR/CONFIG/notes.md,
+where one exists, goes under the config's heading (e.g. which runs shared the machine).
+The section of a config without runs under LOGDIR is kept from the report already at
+OUTPUT, with a line saying so (run directories do not outlive a machine, the report
+does). Give trial runs their own LOGDIR and OUTPUT.
 
 Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
 at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
