@@ -289,3 +289,78 @@ def test_report_of_some_configs_keeps_the_others_with_runs_as_they_were(bench, t
     text = output.read_text()
     assert "## ant (Fake-v0)" in text and "Kept from the report written" not in text
     assert text.split("## fake (Fake-v0)")[1] == fake
+
+
+def test_report_opens_with_each_configs_first_hit_beside_its_final_eval(bench, tmp_path):
+    # ant: a kept section with a one-seed table; cheetah_sac: a section written by hand;
+    # fake: runs under LOGDIR; swimmer: only in an older report next to this one (its
+    # table with other columns after the first five), pendulum_trpo: in an older and a newer
+    # one; pong_dqn: a config under configs/ in no report.
+    output = tmp_path / "results.md"
+    output.write_text(
+        "# Learning results\n\nWritten by `batchrl-benchmark` on 2026-11-20 10:00 UTC from "
+        "the runs under `runs/benchmark` (vm).\n\n"
+        "## ant (Ant-v5)\n\n1 seed(s) in `runs/benchmark/ant`; threshold 6000 (Gymnasium's "
+        f"reward_threshold); overrides: none.\n\n{learning_benchmark.TABLE_HEADER}\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| 0 | 1,000,000 | 1518.9 | 1583.0 | not reached | not reached | not reached | 0.248 "
+        "| 0.25 | 1,326 |\n\n"
+        "## cheetah_sac (envpool:HalfCheetah-v5)\n\n| seed | eval at 100k |\n|---|---|\n"
+        "| 0 | 5,591.0 |\n")
+
+    def other(name, date, final):
+        (tmp_path / "older").mkdir(exist_ok=True)
+        (tmp_path / "older" / name).write_text(
+            f"# Learning results of then\n\nWritten by `batchrl-benchmark` on {date} from "
+            "the runs under `runs/old` (vm).\n\n"
+            "## pendulum_trpo (Pendulum-v1)\n\n3 seed(s) in `runs/old/pendulum_trpo`; "
+            "threshold -250; overrides: none.\n\n"
+            "| seed | final step | final eval return | best eval return | steps to ≥ "
+            "threshold | minutes to ≥ threshold |\n|---|---|---|---|---|---|\n"
+            f"| **median** | 500,000 | {final} | -91.8 | 50,000 | 0.8 |\n\n"
+            "## swimmer (Swimmer-v5)\n\n1 seed(s) in `runs/old/swimmer`; threshold 360 "
+            "(Gymnasium's reward_threshold).\n\n"
+            "| seed | final step | final eval return | best eval return | steps to ≥ "
+            "threshold | minutes to ≥ threshold |\n|---|---|---|---|---|---|\n"
+            "| 0 | 1,000,000 | 309.6 | 309.6 | not reached | not reached |\n")
+
+    other("a.md", "2026-11-24 08:03 UTC", "-193.5")
+    other("b.md", "2026-11-22 05:47 UTC", "-300.0")
+    assert learning_benchmark.main(["--report-only", "--logdir", str(bench), "--output",
+                                    str(output), "--threshold", "fake=-250"]) == 0
+    text = output.read_text()
+    summary = text.split("## First hit and final evaluation of every config")[1]
+    summary = summary.split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in summary.splitlines() if line.startswith("| `")}
+    # fake, by hand from EVAL: first >= -250 at 60k, 40k, never (median 60k); final
+    # returns -200, -150, -260 (median -200); best the same.
+    assert rows["`fake`"] == ["Fake-v0", "3", "-250", "60,000", "60,000", "-200.0", "-200.0",
+                              "below"]
+    assert rows["`ant`"] == ["Ant-v5", "1", "6000", "not reached", "1,000,000", "1518.9",
+                             "1583.0", "below"]
+    assert rows["`pendulum_trpo`"] == [
+        "Pendulum-v1", "3", "-250", "50,000", "500,000", "-193.5", "-91.8",
+        "[older/a.md](older/a.md), 2026-11-24 08:03 UTC"]
+    assert rows["`swimmer`"][1:7] == ["1", "360", "not reached", "1,000,000", "309.6",
+                                      "309.6"]
+    assert rows["`cheetah_sac`"][3] == rows["`cheetah_sac`"][5] == "see its section (by hand)"
+    assert rows["`pong_dqn`"][3] == rows["`pong_dqn`"][5] == "not measured"
+    assert {f"`{name}`" for name in configs.available()} <= set(rows)
+    # The summary comes before the sections and is not taken for one when kept again.
+    assert text.index("## First hit") < text.index("## ant (Ant-v5)")
+    assert learning_benchmark.main(["--report-only", "--logdir", str(bench), "--output",
+                                    str(output), "--threshold", "fake=-250"]) == 0
+    assert output.read_text().count("## First hit") == 1
+
+
+def test_cartpole_dqns_target_is_its_final_eval_not_its_first_hit():
+    # The three seeds of the issue: each reached 500 within 50k steps, two ended below.
+    def rows(*finals):
+        return [dict(_row(seed, 20.0, 3.0), final_return=final, best_return=500.0,
+                     steps_to_threshold=20_000) for seed, final in enumerate(finals)]
+
+    assert learning_benchmark.target_text("cartpole_dqn", rows(67.9, 500.0, 84.1)) == (
+        "Target: final eval return ≥ 475 (median seed): **not met**.")
+    assert learning_benchmark.target_text("cartpole_dqn", rows(67.9, 500.0, 480.0)) == (
+        "Target: final eval return ≥ 475 (median seed): met.")

@@ -11,12 +11,15 @@ checkpoint already reached its `steps` is skipped; an incomplete one is resumed 
 command continues from its last checkpoint). After every run, and with `--report-only`
 without training, the report is rewritten from the event files of all runs under LOGDIR
 (`--report-only`: filtered by `--configs` / `--seeds` when given): OUTPUT (default
-docs/results.md) with a table per config (per seed and the median over seeds) and a plot
-per config next to it (docs/CONFIG.png, made with batchrl-plot); the text of
-LOGDIR/CONFIG/notes.md, where one exists, goes under the config's heading (e.g. which runs
-shared the machine). The section of a config without runs under LOGDIR is kept from the
-report already at OUTPUT, with a line saying so (run directories do not outlive a machine,
-the report does). Give trial runs their own LOGDIR and OUTPUT.
+docs/results.md), opening with one table of every config under configs/ (the first eval at
+or above its threshold beside its final eval, from its section or else from the newest
+other report of batchrl-benchmark in OUTPUT's folder, "not measured" without a recorded
+run), then a table per config (per seed and the median over seeds) and a plot per config
+next to it (docs/CONFIG.png, made with batchrl-plot); the text of LOGDIR/CONFIG/notes.md,
+where one exists, goes under the config's heading (e.g. which runs shared the machine).
+The section of a config without runs under LOGDIR is kept from the report already at
+OUTPUT, with a line saying so (run directories do not outlive a machine, the report
+does). Give trial runs their own LOGDIR and OUTPUT.
 
 Columns: the final and the best eval `mean_score` (mean action, `eval_episodes` episodes);
 at the first eval score >= the config's threshold (`--threshold CONFIG=VALUE`; built in:
@@ -76,7 +79,9 @@ TARGETS = {
     # Issue "Learning from a replay memory" (the zoo's SAC: -157 after 20k steps; its DQN:
     # 500 at 50k; PPO's 1M-step median on HalfCheetah, 5,796, at 300k steps).
     "pendulum_sac": dict(median_seconds=15, median_steps=10_000),
-    "cartpole_dqn": dict(median_steps=50_000),
+    # Issue 42: its final eval, as the zoo reports its DQN's (a first hit of 500 may not
+    # last); 475, Gymnasium's reward_threshold of CartPole-v1.
+    "cartpole_dqn": dict(final_return=475),
     "cheetah_sac": dict(final_return=5796),
     # One seed each at 1M steps beside rl-baselines3-zoo's SAC (benchmark.md, v3 tasks).
     "hopper_sac": dict(final_return=2326),
@@ -110,13 +115,18 @@ def _training_seconds(row, missing):
     return text
 
 
+# The header of a config's table (`table`); its first five columns, those of every
+# report's tables so far, are how `section_figures` finds a table again.
+TABLE_HEADER = ("| seed | final step | final eval return | best eval return | steps to ≥ "
+                "threshold | training s to ≥ threshold | s from the command to ≥ threshold "
+                "| total hours | hours per 1M steps | train steps/s |")
+TABLE_PREFIX = TABLE_HEADER.split(" | training s")[0] + " |"
+
+
 def table(rows, threshold):
     """A Markdown table of `run_summary.summarize` rows followed by their median row."""
     reached = "not reached" if threshold is not None else "—"
-    lines = ["| seed | final step | final eval return | best eval return | steps to ≥ threshold "
-             "| training s to ≥ threshold | s from the command to ≥ threshold | total hours "
-             "| hours per 1M steps | train steps/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [TABLE_HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
     for row in [*rows, run_summary.median_row(rows)] if len(rows) > 1 else rows:
         final_step = _number(row["final_step"], thousands=True)
         if row["target_steps"] and (row["final_step"] or 0) < row["target_steps"]:
@@ -241,6 +251,97 @@ def _kept_section(section, logdir, note=True):
     return lines + [""]
 
 
+def section_figures(lines):
+    """What a config's section says of its runs, read back from its text: dict with `env`
+    (from its heading), `seeds` and `threshold` (from its "N seed(s) in ...; threshold T"
+    line; "—" where missing) and, from its table's median row (its only row for one seed),
+    `final_step`, `final_return`, `best_return` and `steps_to_threshold`, the cells as
+    written; None for a section without a table of `batchrl-benchmark` (one written by
+    hand). Tables of older reports, with other columns after these four, are read too."""
+    text = "\n".join(lines)
+    if TABLE_PREFIX not in text:
+        return None
+    rows = []
+    for line in text.split(TABLE_PREFIX, 1)[1].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        rows.append([cell.strip() for cell in line.split("|")[1:-1]])
+    row = next((row for row in rows if row[0] == "**median**"), rows[0] if rows else None)
+    if row is None:
+        return None
+    env = re.match(r"## \S+ \((.*)\)\s*$", lines[0])
+    seeds = re.search(r"^(\d+) seed\(s\) in ", text, re.MULTILINE)
+    threshold = re.search(r"; threshold (\S+?)[;( ]", text)
+    return {"env": env[1] if env else "—", "seeds": seeds[1] if seeds else "—",
+            "threshold": threshold[1] if threshold else "—", "final_step": row[1],
+            "final_return": row[2], "best_return": row[3], "steps_to_threshold": row[4]}
+
+
+def other_reports(output):
+    """The other reports of `batchrl-benchmark` in the folder of `output` and below it
+    (e.g. docs/results-parts.md next to docs/results.md), newest first: a list of
+    (path relative to that folder, the date they were written, `earlier_sections`)."""
+    output = pathlib.Path(output)
+    found = []
+    for path in sorted(output.parent.rglob("*.md")):
+        if path.resolve() == output.resolve():
+            continue
+        text = path.read_text(errors="replace")
+        date = re.search(r"^Written by `batchrl-benchmark` on (.+?) from ", text,
+                         re.MULTILINE)
+        if text.startswith("# Learning results") and date:
+            found.append((path.relative_to(output.parent), date[1], earlier_sections(path)))
+    return sorted(found, key=lambda report: report[1], reverse=True)
+
+
+def summary_lines(sections, names, others=()):
+    """The report's first table: per config, the first eval at or above its threshold
+    beside its final eval, as its section's table has them (`section_figures`).
+
+    Args:
+      sections: dict config -> the lines of its section in this report.
+      names: the configs to list besides those (`configs.available()`).
+      others: `other_reports`, for the configs without a section here: the newest
+        report with a table of the config gives its row, which names that report.
+
+    Returns:
+      the lines; "see its section (by hand)" for a section here without a table, "not
+      measured" for a config without a table in any report.
+    """
+    lines = [
+        "## First hit and final evaluation of every config", "",
+        "Per config, as the table of its section has them (the median seed, or the only "
+        "one): the steps of the first eval at or above its threshold, and the eval at the "
+        "run's last step. A config's figure is its final eval: a first hit may not last "
+        "(an eval return of 500 on CartPole can fall to 20 a few evals later). Configs "
+        "without a section here take their row from the newest other report of "
+        "`batchrl-benchmark` in this folder that has one (its runs may be of the config "
+        "as it was then); *not measured*: no recorded run in any of them.", "",
+        "| config | env | seeds | threshold | first step ≥ threshold | final step "
+        "| final eval return | best eval return | report |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for name in sorted(set(names) | set(sections)):
+        figures, where = None, "below"
+        if name in sections:
+            figures = section_figures(sections[name])
+        else:
+            for path, date, found in others:
+                figures = section_figures(found[name]["lines"]) if name in found else None
+                if figures is not None:
+                    where = f"[{path.as_posix()}]({path.as_posix()}), {date}"
+                    break
+        if figures is not None:
+            lines.append(
+                f"| `{name}` | {figures['env']} | {figures['seeds']} | "
+                f"{figures['threshold']} | {figures['steps_to_threshold']} | "
+                f"{figures['final_step']} | {figures['final_return']} | "
+                f"{figures['best_return']} | {where} |")
+        else:
+            note = "see its section (by hand)" if name in sections else "not measured"
+            lines.append(f"| `{name}` | — | — | — | {note} | — | {note} | — | — |")
+    return lines + [""]
+
+
 def write_report(runs, thresholds, output, tag="mean_score", logdir=None, left_out=()):
     """Writes the Markdown report and one plot per config next to it.
 
@@ -321,6 +422,8 @@ def write_report(runs, thresholds, output, tag="mean_score", logdir=None, left_o
             lines += [notes.read_text().strip(), ""]
         lines += [table(rows, threshold), picture, ""]
         sections[config], lines = lines, before
+    if sections:
+        lines += summary_lines(sections, configs.available(), other_reports(output))
     for config in sorted(sections):
         lines += sections[config]
     if not sections:
