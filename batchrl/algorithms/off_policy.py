@@ -12,7 +12,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl import configs
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms.replay import ReplayMemory
 from batchrl.optimizers import base as optimizers_base
@@ -145,7 +144,7 @@ class OffPolicyAlgorithm:
         self._should_log = should_log
         defaults = {"target_update_rate": self.default_target_update_rate,
                     "target_update_every": self.default_target_update_every}
-        config = self._config = configs.Config(config, **{
+        config = self._config = type(config)(config, **{
             key: value for key, value in defaults.items() if config.get(key) is None})
         self._num_agents = len(batch_env)
         self._observ_shape = tuple(batch_env.observ.shape[1:])
