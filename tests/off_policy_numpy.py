@@ -162,3 +162,19 @@ def dqn_target(q, target, batch, allowed, double):
     value = (values[np.arange(len(pick)), pick] if double
              else np.where(allowed, values, -np.inf).max(-1))
     return batch["reward"] + batch["discount"] * value, online, values, pick
+
+
+def box_batch(size, actions, gamma, seed=0):
+    """A hand-built batch of `size` (8) transitions with `actions`-sized Box actions:
+    terminations (discount 0) and n-step discounts, unequal importance weights, and
+    rewards whose TD errors fall on both sides of 1."""
+    rng = np.random.default_rng(seed)
+    return {
+        "observ": rng.normal(size=(size, 3)).astype(np.float32),
+        "action": rng.uniform(-0.9, 0.9, (size, actions)).astype(np.float32),
+        "reward": np.array([3.0, -2.5, 0.1, -0.2, 1.5, 0.0, -4.0, 0.3], np.float32),
+        "discount": np.array([gamma, 0.0, gamma ** 3, gamma, 0.0, gamma ** 2, gamma, gamma],
+                             np.float32),
+        "nextob": rng.normal(size=(size, 3)).astype(np.float32),
+        "weight": rng.uniform(0.2, 1.0, size).astype(np.float32),
+    }

@@ -12,21 +12,6 @@ BATCH, ACTIONS = 8, 2
 GAMMA = 0.985  # default.yaml's discount.
 
 
-def _batch(seed=0):
-    """Terminations (discount 0) and n-step discounts, unequal importance weights, and
-    rewards whose TD errors fall on both sides of 1."""
-    rng = np.random.default_rng(seed)
-    return {
-        "observ": rng.normal(size=(BATCH, 3)).astype(np.float32),
-        "action": rng.uniform(-0.9, 0.9, (BATCH, ACTIONS)).astype(np.float32),
-        "reward": np.array([3.0, -2.5, 0.1, -0.2, 1.5, 0.0, -4.0, 0.3], np.float32),
-        "discount": np.array([GAMMA, 0.0, GAMMA ** 3, GAMMA, 0.0, GAMMA ** 2, GAMMA, GAMMA],
-                             np.float32),
-        "nextob": rng.normal(size=(BATCH, 3)).astype(np.float32),
-        "weight": rng.uniform(0.2, 1.0, BATCH).astype(np.float32),
-    }
-
-
 @pytest.fixture(scope="module")
 def update():
     """The algorithm (temperature 0.5, so log alpha is not 0; targets perturbed), what it
@@ -43,7 +28,7 @@ def update():
     generator = ref.clone(algo._random)
     # The update's draws in its order: a' ~ pi(.|s') for the target, then a~ ~ pi(.|s).
     noise = [generator.normal([BATCH, ACTIONS]).numpy().astype(np.float64) for _ in range(2)]
-    batch = _batch()
+    batch = ref.box_batch(BATCH, ACTIONS, GAMMA)
     diagnostics, td_error = algo._update_step(batch)
     results = {key: float(value) for key, value in diagnostics.items()}
     return algo, before, batch, noise, results, td_error.numpy()

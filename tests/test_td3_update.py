@@ -14,21 +14,6 @@ GAMMA = 0.985  # default.yaml's discount.
 NOISE, NOISE_CLIP, RATE = 5.0, 0.05, 0.3
 
 
-def _batch(seed=0):
-    """Terminations (discount 0) and n-step discounts, unequal importance weights, and
-    rewards whose TD errors fall on both sides of 1."""
-    rng = np.random.default_rng(seed)
-    return {
-        "observ": rng.normal(size=(BATCH, 3)).astype(np.float32),
-        "action": rng.uniform(-0.9, 0.9, (BATCH, ACTIONS)).astype(np.float32),
-        "reward": np.array([3.0, -2.5, 0.1, -0.2, 1.5, 0.0, -4.0, 0.3], np.float32),
-        "discount": np.array([GAMMA, 0.0, GAMMA ** 3, GAMMA, 0.0, GAMMA ** 2, GAMMA, GAMMA],
-                             np.float32),
-        "nextob": rng.normal(size=(BATCH, 3)).astype(np.float32),
-        "weight": rng.uniform(0.2, 1.0, BATCH).astype(np.float32),
-    }
-
-
 def _snapshot(algo):
     state = algo.checkpoint_state
     return {key: ref.variables(state[key])
@@ -49,7 +34,7 @@ def updates():
     ref.perturb(state["target_policy"], 0.3, seed=2)
     state["target_policy"]._output.bias.assign([3.0, 0.0])
     state["critic"]._output.bias.assign([[[0.0]], [[-1.0]]])  # Q_2 < Q_1: min is Q_2.
-    batch, steps = _batch(), []
+    batch, steps = ref.box_batch(BATCH, ACTIONS, GAMMA), []
     for _ in range(2):
         before = {"variables": _snapshot(algo),
                   "actor": ref.deterministic_actor_weights(state["policy"]),
