@@ -1,13 +1,17 @@
-"""Lazily imported names of a package, so that importing the package starts nothing heavy
-(TensorFlow) until a name is used."""
+"""Lazy exports and moved modules: importing a package starts nothing heavy (TensorFlow)
+until a name is used, and a module's old import path keeps working for a release after it
+moves."""
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 
 def exports(package, names):
     """The module `__getattr__` of `package` (its `__name__`) that imports each of `names`
     (dict name -> module) from its module on first access and keeps it in the package."""
-    import sys
 
     def __getattr__(name):
         if name in names:
@@ -17,3 +21,43 @@ def exports(package, names):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a moved module's old name as its new module (the same module object), with a
+    DeprecationWarning naming the new path."""
+
+    def __init__(self):
+        self.moves = {}
+        # The new modules' own specs, which the import under the old name replaces.
+        self._specs = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.moves:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        new = self.moves[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        self._specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # The new module ran when it was imported; give it back its own spec.
+        module.__spec__ = self._specs.pop(module.__spec__.name)
+
+
+_FINDER = _MovedModuleFinder()
+
+
+def moved_modules(moves):
+    """Keeps old module paths importable: `moves` maps an old dotted name to the new one
+    (`{"batchrl.algorithms.replay": "batchrl.memories.replay"}`). Importing the old name
+    gives the new module itself (`import old` and `from old import name` both work) and a
+    DeprecationWarning. Call from the package that held the old modules (its `__init__`)."""
+    _FINDER.moves.update(moves)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
