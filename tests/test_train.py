@@ -84,10 +84,15 @@ def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
             for arg in pair]
     if off_policy:  # Updates within the 400 steps, and a memory of no more.
         tiny += ["--set", "learning_starts=100", "--set", "replay_capacity=400"]
+    called = time.time()
     assert train.main([f"--config={name}", f"--logdir={tmp_path}", *tiny]) == 0
+    took = time.time() - called
     assert (tmp_path / "ckpt-400.index").exists()
     output = capsys.readouterr().out
     assert "Final eval mean_score" in output and "traces: 1 (train and eval" in output
+    # Called in-process, the start-up is counted from the call, not the process's start.
+    ready = re.search(r"^Ready to train ([\d.]+) s after the command", output, re.MULTILINE)
+    assert ready and 0 < float(ready.group(1)) < took, output
 
 
 def test_environment_given_as_module_and_class(tmp_path):

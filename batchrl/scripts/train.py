@@ -324,6 +324,9 @@ def _parser():
 
 
 def main(argv=None):
+    """The command line (`argv`, default `sys.argv[1:]`). Called with `argv` from other
+    code, the start-up it reports is counted from this call, not from the process's start."""
+    started_at = process_start_time() if argv is None else time.time()
     args = _parser().parse_args(argv)
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
@@ -354,7 +357,7 @@ def main(argv=None):
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         loop, results = train(config, args.logdir, progress=args.progress, stop=stop,
-                              started_at=process_start_time(), filter_logs=not args.verbose)
+                              started_at=started_at, filter_logs=not args.verbose)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
     except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.
