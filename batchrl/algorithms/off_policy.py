@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms.replay import ReplayMemory
+from batchrl.memories.replay import ReplayMemory
 from batchrl.optimizers import base as optimizers_base
 from batchrl.tools import nested
 from batchrl.tools.graph import after

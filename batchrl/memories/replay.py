@@ -14,8 +14,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms.observation_storage import ObservationStorage
-from batchrl.algorithms.sum_tree import SumTree
+from batchrl.memories.observation_storage import ObservationStorage
+from batchrl.memories.sum_tree import SumTree
 
 FIELDS = ("observ", "action", "reward", "discount", "nextob")
 PRIORITIZED_DEFAULTS = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
@@ -83,7 +83,7 @@ class ReplayMemory(tf.Module):
         observation of the episode when the window reached its end).
     With `byte_elements`, `observ` and `nextob` each keep their other elements (float32) and
     `storage["observ_bytes"]`, `storage["nextob_bytes"]` (uint8) the byte elements
-    (`batchrl.algorithms.observation_storage`).
+    (`batchrl.memories.observation_storage`).
     `size` and `position` (int32 scalars) count the stored transitions (at most `capacity`)
     and give the next row written; the oldest transition is overwritten first. With
     `n_step > 1` each agent has a staging window of its last `n_step - 1` steps and keeps
