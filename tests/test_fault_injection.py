@@ -110,7 +110,7 @@ def test_replay_kept_needs_a_transition_per_step(tmp_path):
     import numpy as np
     import tensorflow as tf
 
-    from batchrl.algorithms.replay import ReplayMemory
+    from batchrl.memories.replay import ReplayMemory
 
     def saved(name, stored, step=8000, replay=True):
         """A run directory as the Loop leaves it: checkpoint `ckpt-STEP`, and the replay

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from batchrl.algorithms import advantage
 from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
-from batchrl.algorithms.memory import EpisodeMemory
 from batchrl.algorithms.ppo import losses
+from batchrl.memories.episode import EpisodeMemory
 
 
 def _numpy_gae(reward, value, bootstrap, length, discount, lam):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl.algorithms.replay import FIELDS, ReplayMemory
+from batchrl.memories.replay import FIELDS, ReplayMemory
 
 OBSERV = ((3,), tf.float32)
 ACTION = ((2,), tf.float32)

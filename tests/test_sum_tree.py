@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl.algorithms.sum_tree import SumTree
+from batchrl.memories.sum_tree import SumTree
 
 
 def _reference_find(leaves, targets):

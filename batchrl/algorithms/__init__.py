@@ -1,6 +1,6 @@
 """Learning algorithms that plug into `batchrl.tools.simulate`: BatchPPO, TRPO, A2C,
 `build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
-TD3 and DQN with their replay memory.
+TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
 
 Names are imported lazily, so that importing the package does not start TensorFlow.
 """
@@ -14,7 +14,7 @@ _EXPORTS = {
     "OffPolicyAlgorithm": "batchrl.algorithms.off_policy",
     "OnPolicyAlgorithm": "batchrl.algorithms.on_policy",
     "PPO": "batchrl.algorithms.ppo",
-    "ReplayMemory": "batchrl.algorithms.replay",
+    "ReplayMemory": "batchrl.memories.replay",
     "SAC": "batchrl.algorithms.sac",
     "TD3": "batchrl.algorithms.td3",
     "TRPO": "batchrl.algorithms.trpo",
@@ -24,3 +24,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = _lazy.exports(__name__, _EXPORTS)
+
+# The memories moved to batchrl.memories; their old paths go in the next release.
+_lazy.moved_modules({
+    "batchrl.algorithms.memory": "batchrl.memories.episode",
+    "batchrl.algorithms.observation_storage": "batchrl.memories.observation_storage",
+    "batchrl.algorithms.replay": "batchrl.memories.replay",
+    "batchrl.algorithms.sum_tree": "batchrl.memories.sum_tree",
+})

@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms.replay import ReplayMemory
+from batchrl.memories.replay import ReplayMemory
+from batchrl.memories.samplers import annealed_beta
 from batchrl.optimizers import base as optimizers_base
 from batchrl.tools import nested
 from batchrl.tools.graph import after
@@ -413,10 +414,8 @@ class OffPolicyAlgorithm:
         `beta + (1 - beta) min(step / steps, 1)`, linear from the configured `beta` to 1
         over the run's `steps` environment steps and 1 from there (Schaul et al. 2016,
         arXiv:1511.05952, sec. 3.4); float32 scalar. Only with `prioritized_replay`."""
-        start = self._memory.prioritized["beta"]
-        fraction = tf.minimum(
-            tf.cast(self._step, tf.float32) / float(self._config.steps), 1.0)
-        return start + (1.0 - start) * fraction
+        return annealed_beta(self._memory.prioritized["beta"], self._step,
+                             self._config.steps)
 
     def _normalized(self, observ):
         return self._observ_filter.transform(tf.cast(observ, tf.float32))

@@ -9,8 +9,8 @@ graph); Heess et al., arXiv:1707.02286 (streaming normalization).
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
-from batchrl.algorithms.memory import EpisodeMemory
-from batchrl.algorithms.observation_storage import ObservationStorage
+from batchrl.memories.episode import EpisodeMemory
+from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.tools import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after

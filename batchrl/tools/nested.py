@@ -101,7 +101,7 @@ class FlatObservationSpace(spaces.Box):
       byte_valued: bool `[size]`, the elements whose values are always integers in [0, 255]:
         those of uint8 and bool `Box` leaves (images, binary frames), one-hot `Discrete` and
         `MultiDiscrete` elements and `MultiBinary` bits. Memories keep them as uint8 where
-        they are not normalized (`batchrl.algorithms.observation_storage`).
+        they are not normalized (`batchrl.memories.observation_storage`).
       action_mask: `(offset, size)` of the elements of the `Dict` entry `"action_mask"` (a
         `MultiBinary(n)` or a `Box` of n elements in [0, 1]: 1 where an action may be
         taken), or None when there is none; the policy masks its logits with it.

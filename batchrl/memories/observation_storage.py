@@ -67,6 +67,16 @@ class ObservationStorage:
         return cls(shape, dtype, byte_elements)
 
     @property
+    def shape(self):
+        """tuple of ints, the shape of one observation."""
+        return self._shape
+
+    @property
+    def dtype(self):
+        """`tf.DType` of the observations."""
+        return self._dtype
+
+    @property
     def split(self):
         """bool, whether byte elements are kept in a field of their own."""
         return self._byte_index is not None

@@ -32,10 +32,12 @@ class EpisodeMemory(tf.Module):
 
     @property
     def capacity(self):
+        """int, the number of rows (episodes)."""
         return self._capacity
 
     @property
     def max_length(self):
+        """int, the number of steps a row holds."""
         return self._max_length
 
     @property
