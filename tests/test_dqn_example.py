@@ -11,15 +11,15 @@ SCRIPT = ROOT / "examples" / "dqn_logged_data.py"
 
 def test_example_learns_from_logged_data_then_from_its_own_play():
     """4,000 random transitions: 2,000 updates (updates_per_step 0.5) before the agent
-    acts; within 8k steps of its own the greedy policy balances at least four times as long
-    as a random one (about 22 steps). The figures depend on the CPU's kernels: seed 0 gave
-    63.4 after the logged data, 301.8 at 4k steps on an earlier machine; 57.4, 33.4 and
-    105.2 at 8k on the machines of 2026-11-27 (with `cartpole_dqn` as shipped, whose
-    instability issue 42 item 10 names)."""
+    acts; within 8k steps of its own the greedy policy balances at least 100 steps, over
+    four times as long as a random one (about 22 steps). The figures depend on the CPU's
+    kernels: seed 0 gave 233.8, 141.8 and 136.5 at 8k on three runs of 2026-11-27 with
+    `cartpole_dqn`'s settings of issue 42 item 10; with the target network replaced by the
+    online one, 9.6."""
     result = subprocess.run([sys.executable, str(SCRIPT), "8000", "0"], capture_output=True,
                             text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if "eval return" in line]
     assert lines[0].startswith("logged data: 2000 updates, eval return ")
     assert [line.split(":")[0] for line in lines[1:]] == ["step 4,000", "step 8,000"]
-    assert max(float(line.rsplit(" ", 1)[1]) for line in lines[1:]) >= 4 * 22.0
+    assert max(float(line.rsplit(" ", 1)[1]) for line in lines[1:]) >= 100.0
