@@ -1,5 +1,5 @@
 """NumPy references for the update tests of SAC, TD3 and DQN: forward passes of the
-networks of `batchrl.algorithms.q_networks` from weights read out of the models (float64,
+networks of `batchrl.networks.q_networks` from weights read out of the models (float64,
 ReLU hidden layers, the config's default activation), and helpers to build the tests'
 algorithms and batches."""
 

@@ -109,7 +109,8 @@ def test_a_checkpoint_of_the_networks_alone_restores_every_weight(name, space, t
 ])
 @pytest.mark.parametrize("orthogonal", [False, True])
 def test_presets_are_built_from_their_declared_layers(name, action_space, orthogonal):
-    from batchrl import network_spec, networks
+    from batchrl import networks
+    from batchrl.networks import spec as network_spec
 
     config = configs.load("default", {"policy_layers": [12, 8], "value_layers": [6],
                                       "activation": "tanh", "orthogonal_init": orthogonal})

@@ -24,3 +24,9 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = _lazy.exports(__name__, _EXPORTS)
+
+# Moved modules: their old paths stay importable for a release.
+_lazy.moved_modules({
+    "batchrl.algorithms.distributions": "batchrl.networks.distributions",
+    "batchrl.algorithms.q_networks": "batchrl.networks.q_networks",
+})

@@ -1,5 +1,5 @@
 """The Keras models of the policies and the value network, and their heads: what
-`batchrl.networks`' constructors build (presets and declared layers alike).
+`batchrl.networks.constructors` build (presets and declared layers alike).
 
 Every policy is called as `policy(observ, state)` with observations `[batch, time,
 *observation_shape]` and the recurrent state at the first step, float32 `[batch,
@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl import network_spec
+from batchrl.networks.spec import check_layers
 
 
 def _run_hidden(layer, observ, state):
@@ -36,12 +36,12 @@ def _tracked(owner, prefix, layers):
 
 
 def dense_layers(units, activation="relu", orthogonal=False):
-    """The hidden layers of a preset, written as declared layers (`batchrl.network_spec`):
+    """The hidden layers of a preset, written as declared layers (`batchrl.networks.spec`):
     one checked `dense` layer of each size of `units`, with `activation`, and orthogonal
     kernels (gain sqrt 2, Saxe et al., arXiv:1312.6120; the gain used by most PPO
     implementations) with `orthogonal`, else Keras' Glorot-uniform default."""
     initializer = "orthogonal" if orthogonal else "glorot_uniform"
-    return network_spec.check_layers([
+    return check_layers([
         {"type": "dense", "units": int(size), "activation": activation,
          "initializer": initializer} for size in units]) if len(units) else []
 
@@ -113,9 +113,9 @@ class GaussianPolicy(keras.Model):
       init_std: initial standard deviation (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
       activation, orthogonal: of the hidden layers, as in `_MLP`.
-      hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.torso.Torso`),
+      hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.networks.torso.Torso`),
         mapping `[batch, time, *observation_shape]` to `[batch, time, n]`; or, with a
-        `state_size` (`batchrl.torso.RecurrentTorso`), `(observ, state)` to `(hidden,
+        `state_size` (`batchrl.networks.torso.RecurrentTorso`), `(observ, state)` to `(hidden,
         state)`, which makes the policy recurrent (its `state_size`).
     """
 
@@ -256,7 +256,7 @@ class CompositePolicy(keras.Model):
     observation-independent log standard deviation), a `Discrete` or `MultiDiscrete` leaf
     categorical logits per choice, a `MultiBinary` leaf Bernoulli logits per bit. The
     parameters of head `i` are returned under `leaf{i}_mean`, `leaf{i}_logstd`,
-    `leaf{i}_logits`, for `batchrl.algorithms.distributions.Composite`.
+    `leaf{i}_logits`, for `batchrl.networks.distributions.Composite`.
 
     Args:
       heads: sequence of `(kind, argument)`: `("gaussian", size)`, `("categorical", nvec)`

@@ -57,7 +57,7 @@ class TwinQ(keras.Model):
       activation: of the hidden layers.
       heads: number of Q functions (2 for the twin Q of SAC and TD3).
       torsos: None, or `heads` layers of `[batch, time, *observation_shape] -> [batch,
-        time, n]` (`batchrl.torso.Torso`), one per Q function.
+        time, n]` (`batchrl.networks.torso.Torso`), one per Q function.
     """
 
     def __init__(self, units, activation="relu", heads=2, name="q", torsos=None):
@@ -180,7 +180,7 @@ class DeterministicActor(keras.Model):
 
 class _PerStep(keras.layers.Layer):
     """A layer of `[batch, time, *shape] -> [batch, time, n]` (a declared network's
-    `batchrl.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
+    `batchrl.networks.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
     removed."""
 
     def __init__(self, layer, name="hidden"):
