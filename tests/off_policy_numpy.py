@@ -61,8 +61,8 @@ def _dense(layer):
 
 
 def _mlp_weights(mlp):
-    """[(kernel, bias)] of a `q_networks._MLP`."""
-    return [_dense(getattr(mlp, f"_dense{index}")) for index in range(mlp._depth)]
+    """[(kernel, bias)] of a `batchrl.networks.mlp.MLP`."""
+    return [_dense(layer) for layer in mlp._dense]
 
 
 def _mlp(layers, observ):
