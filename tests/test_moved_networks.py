@@ -26,7 +26,8 @@ OLD_NAMES = {
         "recurrent_gaussian", "torso_factory"],
     "batchrl.networks.policies": [
         "CategoricalPolicy", "CompositePolicy", "GaussianPolicy", "RecurrentGaussianPolicy",
-        "ValueNetwork", "dense_layers"],
+        "ValueNetwork"],
+    "batchrl.networks.mlp": ["dense_layers"],
     "batchrl.networks.torso": ["RecurrentTorso", "Torso"],
     "batchrl.networks.distributions": [
         "Bernoulli", "Categorical", "Composite", "DiagonalGaussian", "MultiCategorical"],

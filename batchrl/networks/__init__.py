@@ -23,7 +23,7 @@ _EXPORTS = {
     "GaussianPolicy": "batchrl.networks.policies",
     "RecurrentGaussianPolicy": "batchrl.networks.policies",
     "ValueNetwork": "batchrl.networks.policies",
-    "dense_layers": "batchrl.networks.policies",
+    "dense_layers": "batchrl.networks.mlp",
     "RecurrentTorso": "batchrl.networks.torso",
     "Torso": "batchrl.networks.torso",
     "Bernoulli": "batchrl.networks.distributions",

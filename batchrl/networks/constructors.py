@@ -34,13 +34,13 @@ from batchrl.networks.distributions import (
     DiagonalGaussian,
     MultiCategorical,
 )
+from batchrl.networks.mlp import dense_layers
 from batchrl.networks.policies import (
     CategoricalPolicy,
     CompositePolicy,
     GaussianPolicy,
     RecurrentGaussianPolicy,
     ValueNetwork,
-    dense_layers,
 )
 from batchrl.networks.spec import RECURRENT, check_layers
 from batchrl.networks.torso import RecurrentTorso, Torso
