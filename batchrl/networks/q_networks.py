@@ -117,8 +117,7 @@ class SquashedGaussianActor(keras.Model):
 
     def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = (_mlp(units, activation) if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._mean = keras.layers.Dense(action_size, name="mean")
         self._log_std = keras.layers.Dense(action_size, name="log_std")
 
@@ -161,8 +160,7 @@ class DeterministicActor(keras.Model):
 
     def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = (_mlp(units, activation) if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._output = keras.layers.Dense(action_size, activation="tanh", name="action")
 
     def call(self, observ):
@@ -203,8 +201,7 @@ class QNetwork(keras.Model):
     def __init__(self, num_actions, units, activation="relu", dueling=False, name="q",
                  hidden=None):
         super().__init__(name=name)
-        self._hidden = (_mlp(units, activation) if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._dueling = dueling
         self._advantage = keras.layers.Dense(num_actions, name="advantage")
         if dueling:
