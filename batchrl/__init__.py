@@ -4,8 +4,17 @@
 import this package, never import TensorFlow.
 """
 
+from batchrl import _lazy
+
 __version__ = "0.1.0"
 __all__ = ["Agent"]
+
+# Moved modules: their old paths stay importable for a release.
+_lazy.moved_modules({
+    "batchrl.network_spec": "batchrl.networks.spec",
+    "batchrl.policies": "batchrl.networks.policies",
+    "batchrl.torso": "batchrl.networks.torso",
+})
 
 
 def __getattr__(name):

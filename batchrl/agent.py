@@ -10,10 +10,11 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import build as build_lib
-from batchrl import configs, network_spec, spaces
+from batchrl import configs, spaces
 from batchrl import export as export_lib
 from batchrl.environments.application import ApplicationBatchEnv
 from batchrl.environments.in_graph import observation_dtype
+from batchrl.networks import spec as network_spec
 from batchrl.tools import nested
 from batchrl.tools.simulate import act as simulate_act
 from batchrl.tools.simulate import episode_state

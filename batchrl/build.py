@@ -8,7 +8,7 @@ import random
 
 import tensorflow as tf
 
-from batchrl import configs, environments, network_spec
+from batchrl import configs, environments
 from batchrl.algorithms.a2c import A2C
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.dqn import DQN
@@ -19,7 +19,8 @@ from batchrl.algorithms.td3 import TD3
 from batchrl.algorithms.trpo import TRPO
 from batchrl.environments.frame_stack import FrameStack
 from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.networks import NETWORKS, constructor, is_declared, torso_factory
+from batchrl.networks import spec as network_spec
+from batchrl.networks.constructors import NETWORKS, constructor, is_declared, torso_factory
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
@@ -125,7 +126,7 @@ def build(config, batch_env, process_eager=True):
     and the `is_training` / `should_log` variables. `normalize` preprocessing steps turn on
     the algorithm's observation normalizer for the observation or the entries that list
     them; an off-policy algorithm gets a `torso` factory for declared layers
-    (`networks.torso_factory`).
+    (`batchrl.networks.torso_factory`).
 
     The networks' initial weights are a function of `config.seed` alone, and the process's
     random generators are left as they were: Keras draws the seeds of the networks'

@@ -12,8 +12,8 @@ import pathlib
 
 import ruamel.yaml
 
-from batchrl import network_spec
 from batchrl.errors import ConfigError
+from batchrl.networks import spec as network_spec
 from batchrl.optimizers import spec as optimizer_spec
 
 # An installed package carries the configs as batchrl/_configs; a source tree (also an

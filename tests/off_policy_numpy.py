@@ -1,5 +1,5 @@
 """NumPy references for the update tests of SAC, TD3 and DQN: forward passes of the
-networks of `batchrl.algorithms.q_networks` from weights read out of the models (float64,
+networks of `batchrl.networks.q_networks` from weights read out of the models (float64,
 ReLU hidden layers, the config's default activation), and helpers to build the tests'
 algorithms and batches."""
 
@@ -61,8 +61,8 @@ def _dense(layer):
 
 
 def _mlp_weights(mlp):
-    """[(kernel, bias)] of a `q_networks._MLP`."""
-    return [_dense(getattr(mlp, f"_dense{index}")) for index in range(mlp._depth)]
+    """[(kernel, bias)] of a `batchrl.networks.mlp.MLP`."""
+    return [_dense(layer) for layer in mlp._dense]
 
 
 def _mlp(layers, observ):

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms.distributions import (
+from batchrl.networks.distributions import (
     Bernoulli,
     Categorical,
     Composite,

@@ -6,9 +6,9 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "batchrl"
 # The floor of each part of the package (a part: a subpackage, or a module of the front).
-FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "environments": 1, "envs": 1, "optimizers": 2,
-          "memories": 2, "algorithms": 3, "scripts": 5}
-FRONT = 4  # configs, networks, build, agent, export, spaces, __init__.
+FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "environments": 1, "envs": 1, "networks": 2,
+          "memories": 2, "optimizers": 2, "algorithms": 3, "scripts": 5}
+FRONT = 4  # configs, build, agent, export, spaces, __init__.
 
 
 def _part(path):

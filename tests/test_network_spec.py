@@ -1,13 +1,14 @@
-"""Declared networks and preprocessing: the config checks (batchrl.network_spec) and the
-layers they build (batchrl.torso)."""
+"""Declared networks and preprocessing: the config checks (batchrl.networks.spec) and the
+layers they build (batchrl.networks.torso)."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs, network_spec
-from batchrl.torso import Torso
+from batchrl import configs
+from batchrl.networks import spec as network_spec
+from batchrl.networks.torso import Torso
 
 CONV = [{"type": "conv2d", "filters": 4, "kernel": 3}, {"type": "flatten"},
         {"type": "dense", "units": 8}]

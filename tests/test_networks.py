@@ -109,7 +109,8 @@ def test_a_checkpoint_of_the_networks_alone_restores_every_weight(name, space, t
 ])
 @pytest.mark.parametrize("orthogonal", [False, True])
 def test_presets_are_built_from_their_declared_layers(name, action_space, orthogonal):
-    from batchrl import network_spec, networks
+    from batchrl import networks
+    from batchrl.networks import spec as network_spec
 
     config = configs.load("default", {"policy_layers": [12, 8], "value_layers": [6],
                                       "activation": "tanh", "orthogonal_init": orthogonal})
@@ -132,3 +133,19 @@ def test_presets_are_built_from_their_declared_layers(name, action_space, orthog
         assert built.policy.state_size == 8
     else:
         assert [spec["units"] for spec in declared["policy"]] == [12, 8]
+
+
+@pytest.mark.parametrize("batch_dims", [1, 2])
+def test_mlp_flattens_the_axes_after_the_batch_and_applies_its_layers(batch_dims):
+    """The one MLP of the policies (`[batch, time, ...]`) and of the off-policy algorithms'
+    networks (`[batch, ...]`), against NumPy."""
+    from batchrl.networks.mlp import MLP, dense_layers
+
+    mlp = MLP(dense_layers([4, 3], "tanh"), batch_dims)
+    observ = np.random.default_rng(0).normal(size=(2, 5)[:batch_dims] + (2, 3))
+    output = mlp(observ.astype(np.float32)).numpy()
+    hidden = observ.reshape(observ.shape[:batch_dims] + (6,))
+    for layer in mlp._dense:
+        hidden = np.tanh(hidden @ layer.kernel.numpy() + layer.bias.numpy())
+    assert output.shape == observ.shape[:batch_dims] + (3,)
+    np.testing.assert_allclose(output, hidden, rtol=1e-5, atol=1e-6)

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from batchrl import configs
-from batchrl.algorithms import dqn, off_policy, q_networks
+from batchrl.algorithms import dqn, off_policy
 from batchrl.algorithms.dqn import DQN
 from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
@@ -17,6 +17,7 @@ from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
+from batchrl.networks import q_networks
 from batchrl.tools.loop import step_function
 from batchrl.tools.simulate import simulate
 

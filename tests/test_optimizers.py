@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from batchrl import optimizers
-from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
+from batchrl.networks.distributions import Categorical, DiagonalGaussian
 from batchrl.optimizers import base
 from batchrl.optimizers import spec as spec_lib
 

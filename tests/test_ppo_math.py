@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from batchrl.algorithms import advantage
-from batchrl.algorithms.distributions import Categorical, DiagonalGaussian
 from batchrl.algorithms.ppo import losses
 from batchrl.memories.episode import EpisodeMemory
+from batchrl.networks.distributions import Categorical, DiagonalGaussian
 
 
 def _numpy_gae(reward, value, bootstrap, length, discount, lam):

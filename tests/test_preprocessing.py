@@ -1,14 +1,15 @@
-"""The preprocessing steps by value (`batchrl.torso`), against NumPy: `crop` is the slice it
-names, `resize` to half the size averages 2 x 2 blocks, `scale` and `grayscale` are their
-formulas; and layers or steps of zero size are one-line config errors naming them
-(`batchrl.network_spec`)."""
+"""The preprocessing steps by value (`batchrl.networks.torso`), against NumPy: `crop` is the
+slice it names, `resize` to half the size averages 2 x 2 blocks, `scale` and `grayscale` are
+their formulas; and layers or steps of zero size are one-line config errors naming them
+(`batchrl.networks.spec`)."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from batchrl import configs, network_spec
-from batchrl.torso import Torso
+from batchrl import configs
+from batchrl.networks import spec as network_spec
+from batchrl.networks.torso import Torso
 
 LUMA = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601, as docs/pixels.md says.
 

@@ -25,10 +25,12 @@ __all__ = sorted(_EXPORTS)
 
 __getattr__ = _lazy.exports(__name__, _EXPORTS)
 
-# The memories moved to batchrl.memories; their old paths go in the next release.
+# Moved modules: their old paths stay importable for a release.
 _lazy.moved_modules({
+    "batchrl.algorithms.distributions": "batchrl.networks.distributions",
     "batchrl.algorithms.memory": "batchrl.memories.episode",
     "batchrl.algorithms.observation_storage": "batchrl.memories.observation_storage",
+    "batchrl.algorithms.q_networks": "batchrl.networks.q_networks",
     "batchrl.algorithms.replay": "batchrl.memories.replay",
     "batchrl.algorithms.sum_tree": "batchrl.memories.sum_tree",
 })

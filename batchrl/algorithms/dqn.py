@@ -9,7 +9,8 @@ Wang et al., "Dueling Network Architectures for Deep Reinforcement Learning", IC
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms import off_policy, q_networks
+from batchrl.algorithms import off_policy
+from batchrl.networks import q_networks
 from batchrl.tools.graph import after
 
 
@@ -56,10 +57,10 @@ class DQN(off_policy.OffPolicyAlgorithm):
     Args:
       as for `OffPolicyAlgorithm`; config also `double_q` and `dueling`. `value_lr` is the
       learning rate and `value_layers` the hidden sizes of the Q network; with declared
-      layers (config key `network` a list, `batchrl.network_spec`), `torso`, made by
+      layers (config key `network` a list, `batchrl.networks.spec`), `torso`, made by
       `batchrl.build` from them and `preprocessing`, `activation` and `orthogonal_init`,
       replaces those hidden layers: a function of the observation space returning a
-      `batchrl.torso.Torso`.
+      `batchrl.networks.torso.Torso`.
 
     Raises:
       ValueError: if the action space is not `Discrete`.

@@ -78,7 +78,7 @@ def value_loss(networks, distribution, batch):
 
 def shared_torso(networks):
     """The hidden layers that the policy and the value network of `networks` share (a
-    `batchrl.torso.Torso` of declared layers with `share_layers`; it has `reused()`), or
+    `batchrl.networks.torso.Torso` of declared layers with `share_layers`; it has `reused()`), or
     None: the layer each network holds as `_hidden`, when it is the same one."""
     torso = getattr(networks.value, "_hidden", None)
     if torso is None or not hasattr(torso, "reused"):

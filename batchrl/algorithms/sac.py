@@ -9,7 +9,8 @@ import math
 
 import tensorflow as tf
 
-from batchrl.algorithms import off_policy, q_networks
+from batchrl.algorithms import off_policy
+from batchrl.networks import q_networks
 from batchrl.tools.graph import after
 
 

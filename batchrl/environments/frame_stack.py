@@ -1,5 +1,5 @@
 """Frame stacking inside the graph: each agent's last observations, joined on the last axis
-(the preprocessing step `frame_stack`, `batchrl.network_spec`), of a whole `Box`
+(the preprocessing step `frame_stack`, `batchrl.networks.spec`), of a whole `Box`
 observation or of entries of a `Dict` / `Tuple` one."""
 
 import collections

@@ -51,8 +51,8 @@ def export_run(config, checkpoint, outdir, seed=0):
     """
     from batchrl import build as build_lib
     from batchrl import export as export_lib
-    from batchrl import network_spec
     from batchrl.environments.frame_stack import stacked_space
+    from batchrl.networks import spec as network_spec
     from batchrl.scripts.visualize import restore
 
     build_lib.check(config)

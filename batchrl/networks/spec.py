@@ -2,7 +2,7 @@
 layers) and `preprocessing` (a list of steps), free of TensorFlow so that configs load fast.
 
 A layer or a step is a mapping with a `type` and that type's keys; `check_network` and
-`check_preprocessing` fill in the defaults and return what `batchrl.torso` builds.
+`check_preprocessing` fill in the defaults and return what `batchrl.networks.torso` builds.
 
 For a `Dict` or `Tuple` observation, `network` may instead be a mapping
 `{leaves: {KEY: [layers], ...}, merge: concatenate, layers: [layers]}`: each listed entry of

@@ -1,5 +1,5 @@
 """The Keras models of the policies and the value network, and their heads: what
-`batchrl.networks`' constructors build (presets and declared layers alike).
+`batchrl.networks.constructors` build (presets and declared layers alike).
 
 Every policy is called as `policy(observ, state)` with observations `[batch, time,
 *observation_shape]` and the recurrent state at the first step, float32 `[batch,
@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl import network_spec
+from batchrl.networks.mlp import MLP, dense_layers
 
 
 def _run_hidden(layer, observ, state):
@@ -35,49 +35,8 @@ def _tracked(owner, prefix, layers):
     return tuple(layers)
 
 
-def dense_layers(units, activation="relu", orthogonal=False):
-    """The hidden layers of a preset, written as declared layers (`batchrl.network_spec`):
-    one checked `dense` layer of each size of `units`, with `activation`, and orthogonal
-    kernels (gain sqrt 2, Saxe et al., arXiv:1312.6120; the gain used by most PPO
-    implementations) with `orthogonal`, else Keras' Glorot-uniform default."""
-    initializer = "orthogonal" if orthogonal else "glorot_uniform"
-    return network_spec.check_layers([
-        {"type": "dense", "units": int(size), "activation": activation,
-         "initializer": initializer} for size in units]) if len(units) else []
-
-
-class _MLP(keras.layers.Layer):
-    """Dense layers on the flattened observation: `[batch, time, *shape] -> [batch, time, n]`.
-
-    Args:
-      layers: checked `dense` layers (`dense_layers`). Layers of one initializer share one
-        initializer object, and with it its seed, as the presets always have.
-    """
-
-    def __init__(self, layers, name=None):
-        super().__init__(name=name)
-        initializers = {}
-        dense = []
-        for spec in layers:
-            if spec["initializer"] not in initializers:
-                initializers[spec["initializer"]] = (
-                    keras.initializers.Orthogonal(gain=math.sqrt(2))
-                    if spec["initializer"] == "orthogonal" else spec["initializer"])
-            dense.append(keras.layers.Dense(
-                spec["units"], activation=spec["activation"],
-                kernel_initializer=initializers[spec["initializer"]]))
-        self._dense = _tracked(self, "dense", dense)
-
-    def call(self, observ):
-        observ = tf.cast(observ, tf.float32)
-        hidden = tf.reshape(observ, tf.concat([tf.shape(observ)[:2], [-1]], 0))
-        for layer in self._dense:
-            hidden = layer(hidden)
-        return hidden
-
-
 def _mlp(units, activation, orthogonal, name):
-    return _MLP(dense_layers(units, activation, orthogonal), name=name)
+    return MLP(dense_layers(units, activation, orthogonal), batch_dims=2, name=name)
 
 
 class _GaussianHead(keras.layers.Layer):
@@ -112,10 +71,10 @@ class GaussianPolicy(keras.Model):
       units: sizes of the hidden layers.
       init_std: initial standard deviation (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the mean layer.
-      activation, orthogonal: of the hidden layers, as in `_MLP`.
-      hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.torso.Torso`),
+      activation, orthogonal: of the hidden layers, as in `dense_layers`.
+      hidden: a layer to use instead of the MLP (e.g. a declared `batchrl.networks.torso.Torso`),
         mapping `[batch, time, *observation_shape]` to `[batch, time, n]`; or, with a
-        `state_size` (`batchrl.torso.RecurrentTorso`), `(observ, state)` to `(hidden,
+        `state_size` (`batchrl.networks.torso.RecurrentTorso`), `(observ, state)` to `(hidden,
         state)`, which makes the policy recurrent (its `state_size`).
     """
 
@@ -144,7 +103,7 @@ class RecurrentGaussianPolicy(keras.Model):
       action_size: number of action dimensions.
       units: sizes of the encoder layers followed by the size of the GRU (at least one).
       init_std, init_mean_factor: as in `GaussianPolicy`.
-      activation, orthogonal: of the encoder layers, as in `_MLP`.
+      activation, orthogonal: of the encoder layers, as in `dense_layers`.
     """
 
     def __init__(self, action_size, units, init_std, init_mean_factor, activation="relu",
@@ -176,7 +135,7 @@ class CategoricalPolicy(keras.Model):
       num_actions: number of discrete actions.
       units: sizes of the hidden layers.
       init_mean_factor: scale of the variance-scaling initializer of the logits layer.
-      activation, orthogonal: of the hidden layers, as in `_MLP`.
+      activation, orthogonal: of the hidden layers, as in `dense_layers`.
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
       action_mask: None, or `(offset, num_actions)`: the mask's elements in the flat
         observation (`batchrl.tools.nested.FlatObservationSpace.action_mask`), 1 for the
@@ -256,7 +215,7 @@ class CompositePolicy(keras.Model):
     observation-independent log standard deviation), a `Discrete` or `MultiDiscrete` leaf
     categorical logits per choice, a `MultiBinary` leaf Bernoulli logits per bit. The
     parameters of head `i` are returned under `leaf{i}_mean`, `leaf{i}_logstd`,
-    `leaf{i}_logits`, for `batchrl.algorithms.distributions.Composite`.
+    `leaf{i}_logits`, for `batchrl.networks.distributions.Composite`.
 
     Args:
       heads: sequence of `(kind, argument)`: `("gaussian", size)`, `("categorical", nvec)`
@@ -264,7 +223,7 @@ class CompositePolicy(keras.Model):
       units: sizes of the hidden layers.
       init_std: initial standard deviation of the Gaussian heads (> 0).
       init_mean_factor: scale of the variance-scaling initializer of the output layers.
-      activation, orthogonal: of the hidden layers, as in `_MLP`.
+      activation, orthogonal: of the hidden layers, as in `dense_layers`.
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
       action_mask: None, or `(offset, size)` of the observation's mask as for
         `CategoricalPolicy`, for a single categorical head (a `MultiDiscrete` action):
@@ -304,9 +263,9 @@ class CompositePolicy(keras.Model):
 
 
 class ValueNetwork(keras.Model):
-    """State-value function: an MLP (`_MLP`) with a linear output, `[batch, time]`; with
-    `orthogonal`, the output layer is initialized orthogonally with gain 1. `hidden`
-    replaces the MLP as in `GaussianPolicy`."""
+    """State-value function: an MLP (`batchrl.networks.mlp.MLP`) with a linear output,
+    `[batch, time]`; with `orthogonal`, the output layer is initialized orthogonally with
+    gain 1. `hidden` replaces the MLP as in `GaussianPolicy`."""
 
     def __init__(self, units, activation="relu", orthogonal=False, name="value", hidden=None):
         super().__init__(name=name)

@@ -1,5 +1,5 @@
 """The hidden part of a declared network: in-graph preprocessing of the observation, then
-the declared layers (`batchrl.network_spec` checks both lists)."""
+the declared layers (`batchrl.networks.spec` checks both lists)."""
 
 import contextlib
 import math
@@ -152,8 +152,8 @@ class Torso(keras.layers.Layer):
     in the observation's order and go through `layers`.
 
     Args:
-      layers: checked layers (`network_spec.check_network`).
-      preprocessing: checked preprocessing (`network_spec.check_preprocessing`).
+      layers: checked layers (`batchrl.networks.spec.check_network`).
+      preprocessing: checked preprocessing (`batchrl.networks.spec.check_preprocessing`).
       observation_space: the `Box` of one observation (its shape; its bound for `scale`),
         or the `FlatObservationSpace` of a `Dict` or a `Tuple`.
       activation: the default activation (config key `activation`).
@@ -284,7 +284,7 @@ class RecurrentTorso(keras.layers.Layer):
 
     Args:
       torso: the `Torso` of the layers before the recurrent one.
-      spec: the checked `gru` or `lstm` layer (`network_spec.RECURRENT`).
+      spec: the checked `gru` or `lstm` layer (`batchrl.networks.spec.RECURRENT`).
 
     Attributes:
       state_size: `units` for a GRU; `2 * units` for an LSTM, whose state is its `h` and

@@ -9,9 +9,16 @@ action_size]` in [-1, 1] (the wrappers map a bounded `Box` onto it).
 import keras
 import tensorflow as tf
 
+from batchrl.networks.mlp import MLP, dense_layers
+
 # Bounds of the actor's log standard deviation (those of Haarnoja et al.'s reference code):
 # wide enough never to bind in practice, narrow enough to keep exp() finite.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def _mlp(units, activation):
+    """The hidden layers of an actor or a Q network: `[batch, ...] -> [batch, units[-1]]`."""
+    return MLP(dense_layers(units, activation), batch_dims=1, name="hidden")
 
 
 def _flat(observ):
@@ -57,7 +64,7 @@ class TwinQ(keras.Model):
       activation: of the hidden layers.
       heads: number of Q functions (2 for the twin Q of SAC and TD3).
       torsos: None, or `heads` layers of `[batch, time, *observation_shape] -> [batch,
-        time, n]` (`batchrl.torso.Torso`), one per Q function.
+        time, n]` (`batchrl.networks.torso.Torso`), one per Q function.
     """
 
     def __init__(self, units, activation="relu", heads=2, name="q", torsos=None):
@@ -92,22 +99,6 @@ class TwinQ(keras.Model):
         return self._output(hidden)[..., 0]
 
 
-class _MLP(keras.layers.Layer):
-    """Dense layers `[batch, ...] -> [batch, units[-1]]` on the flattened observation."""
-
-    def __init__(self, units, activation, name=None):
-        super().__init__(name=name)
-        for index, size in enumerate(units):
-            setattr(self, f"_dense{index}", keras.layers.Dense(size, activation=activation))
-        self._depth = len(units)
-
-    def call(self, observ):
-        hidden = _flat(observ)
-        for index in range(self._depth):
-            hidden = getattr(self, f"_dense{index}")(hidden)
-        return hidden
-
-
 class SquashedGaussianActor(keras.Model):
     """The actor of SAC: a Gaussian over pre-squashing actions u, `a = tanh(u)` (Haarnoja
     et al. 2018, arXiv:1812.05905, appendix C).
@@ -126,8 +117,7 @@ class SquashedGaussianActor(keras.Model):
 
     def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._mean = keras.layers.Dense(action_size, name="mean")
         self._log_std = keras.layers.Dense(action_size, name="log_std")
 
@@ -170,8 +160,7 @@ class DeterministicActor(keras.Model):
 
     def __init__(self, action_size, units, activation="relu", name="actor", hidden=None):
         super().__init__(name=name)
-        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._output = keras.layers.Dense(action_size, activation="tanh", name="action")
 
     def call(self, observ):
@@ -180,7 +169,7 @@ class DeterministicActor(keras.Model):
 
 class _PerStep(keras.layers.Layer):
     """A layer of `[batch, time, *shape] -> [batch, time, n]` (a declared network's
-    `batchrl.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
+    `batchrl.networks.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
     removed."""
 
     def __init__(self, layer, name="hidden"):
@@ -212,8 +201,7 @@ class QNetwork(keras.Model):
     def __init__(self, num_actions, units, activation="relu", dueling=False, name="q",
                  hidden=None):
         super().__init__(name=name)
-        self._hidden = (_MLP(units, activation, name="hidden") if hidden is None
-                        else _PerStep(hidden))
+        self._hidden = _mlp(units, activation) if hidden is None else _PerStep(hidden)
         self._dueling = dueling
         self._advantage = keras.layers.Dense(num_actions, name="advantage")
         if dueling:

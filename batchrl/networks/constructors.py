@@ -12,13 +12,13 @@ and returns `Networks(policy, value, distribution)`:
   policies have `state_size` 0 and pass the (empty) state through;
 - `value`: a Keras model mapping the same observations to float32 `[batch, time]`;
 - `distribution`: the class (or a `functools.partial` of one) that turns the policy's
-  output into an action distribution (see `batchrl.algorithms.distributions`).
+  output into an action distribution (see `batchrl.networks.distributions`).
 
 Observations of a nested space arrive flattened (`batchrl.tools.nested`); a nested action
 space needs `feed_forward_composite`.
 
 Both models are built (their weights exist) when returned. The models themselves are in
-`batchrl.policies`.
+`batchrl.networks.policies`.
 """
 
 import collections
@@ -27,24 +27,24 @@ import functools
 import gymnasium as gym
 import numpy as np
 
-from batchrl import network_spec
-from batchrl.algorithms.distributions import (
+from batchrl.networks.distributions import (
     Bernoulli,
     Categorical,
     Composite,
     DiagonalGaussian,
     MultiCategorical,
 )
-from batchrl.policies import (
+from batchrl.networks.mlp import dense_layers
+from batchrl.networks.policies import (
     CategoricalPolicy,
     CompositePolicy,
     GaussianPolicy,
     RecurrentGaussianPolicy,
     ValueNetwork,
-    dense_layers,
 )
+from batchrl.networks.spec import RECURRENT, check_layers
+from batchrl.networks.torso import RecurrentTorso, Torso
 from batchrl.tools import nested
-from batchrl.torso import RecurrentTorso, Torso
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
@@ -102,7 +102,7 @@ def feed_forward_categorical(observation_space, action_space, config):
 
 def feed_forward_composite(observation_space, action_space, config):
     """Separate policy and value MLPs; one distribution per leaf of the action space
-    (`CompositePolicy`, `batchrl.algorithms.distributions.Composite`): Gaussian for a `Box`
+    (`CompositePolicy`, `batchrl.networks.distributions.Composite`): Gaussian for a `Box`
     leaf, categorical for a `Discrete` leaf and for each element of a `MultiDiscrete` leaf,
     Bernoulli for each bit of a `MultiBinary` leaf. For a one-dimensional `Box`, a nested
     action space (`batchrl.tools.nested.FlatActionSpace`: `Dict` / `Tuple` of those leaves),
@@ -155,14 +155,14 @@ def _composite(action_space):
 
 
 def declared(observation_space, action_space, config, layers):
-    """Policy and value networks of declared layers: each has its own `batchrl.torso.Torso`
+    """Policy and value networks of declared layers: each has its own `batchrl.networks.torso.Torso`
     of `layers` after the config's `preprocessing` (with `share_layers`, both have the same
     one, which both networks' losses train), then the head the action space calls for:
     Gaussian (as `GaussianPolicy`) for a one-dimensional `Box`, categorical logits (as
     `CategoricalPolicy`) for a `Discrete` starting at 0, one head per leaf (as
     `CompositePolicy`) for a `MultiDiscrete`, a `MultiBinary` or a nested action space; the
     value network a linear output. A last `gru` or `lstm` layer makes the policy recurrent
-    (`batchrl.torso.RecurrentTorso`); the value network has a dense layer of as many units
+    (`batchrl.networks.torso.RecurrentTorso`); the value network has a dense layer of as many units
     in its place.
 
     Config keys: `preprocessing`, `share_layers`, `init_std`, `init_mean_factor`, and
@@ -217,7 +217,7 @@ def _split_recurrent(layers):
     """`(layers without a last recurrent layer, that layer or None)`, for a list or a
     mapping of leaves (whose recurrent layer is the last of its `layers`)."""
     listed = layers if isinstance(layers, list) else layers["layers"]
-    if not listed or listed[-1]["type"] not in network_spec.RECURRENT:
+    if not listed or listed[-1]["type"] not in RECURRENT:
         return layers, None
     return _with_last(layers, None), listed[-1]
 
@@ -232,7 +232,7 @@ def _with_last(layers, last):
 
 def preset_layers(name, config):
     """The hidden layers of the preset `name` for `config`, as declared layers
-    (`batchrl.network_spec`): `{"policy": [...], "value": [...]}`. Every preset puts
+    (`batchrl.networks.spec`): `{"policy": [...], "value": [...]}`. Every preset puts
     `dense_layers` of `policy_layers` and `value_layers` before its heads;
     `recurrent_gaussian` ends the policy's list in a `gru` layer of `policy_layers[-1]`
     units. The preset networks are built from these lists (with one initializer object
@@ -247,7 +247,7 @@ def preset_layers(name, config):
     hidden = _hidden(config)
     units = list(config.policy_layers)
     if name == "recurrent_gaussian":
-        policy = dense_layers(units[:-1], **hidden) + network_spec.check_layers(
+        policy = dense_layers(units[:-1], **hidden) + check_layers(
             [{"type": "gru", "units": int(units[-1])}])
     else:
         policy = dense_layers(units, **hidden)
@@ -256,7 +256,7 @@ def preset_layers(name, config):
 
 def torso_factory(config):
     """For config key `network` declaring feed-forward layers: a function of an observation
-    space that returns a new `batchrl.torso.Torso` of them after the config's
+    space that returns a new `batchrl.networks.torso.Torso` of them after the config's
     `preprocessing` (the hidden layers of an off-policy algorithm's networks, e.g. DQN's Q
     network and its target); None for a preset.
 
