@@ -9,10 +9,10 @@ import tensorflow as tf
 
 from batchrl import configs, network_spec, networks
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.frame_stack import FrameStack, stacked_space
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
-from batchrl.tools.simulate import simulate
 from batchrl.torso import Torso
 from tests.recording_environment import RecordingEnvironment
 

@@ -10,11 +10,11 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
 from batchrl.algorithms.replay import ReplayMemory
+from batchrl.drivers.loop import Loop
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.networks import feed_forward_gaussian
-from batchrl.tools.loop import Loop
 
 CAPACITY = 16
 

@@ -10,8 +10,8 @@ import batchrl
 from batchrl import configs
 from batchrl.algorithms.replay import FIELDS
 from batchrl.algorithms.sac import SAC
+from batchrl.drivers.loop import step_function
 from batchrl.envs import Pendulum
-from batchrl.tools.loop import step_function
 from tests.test_replay import NumpyReplay
 
 N_STEP, DISCOUNT = 3, 0.9

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from batchrl.tools.simulate import episode_state, simulate_steps
+from batchrl.drivers.simulate import episode_state, simulate_steps
 
 
 class Interrupted(Exception):
