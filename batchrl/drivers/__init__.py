@@ -1,5 +1,6 @@
 """What runs agents and environments together: `simulate` (one batch step fused with the
-algorithm in the graph) and the training `Loop` around its compiled step function.
+algorithm in the graph), the training `Loop` around its compiled step function, and the
+run's checkpoints and progress lines.
 
 Names are imported lazily, so that importing this package imports no TensorFlow.
 `drivers.simulate` is the function on every access; its module is
@@ -13,7 +14,7 @@ _EXPORTS = {
     "EnvironmentFailed": "batchrl.drivers.loop",
     "Interrupted": "batchrl.drivers.loop",
     "Loop": "batchrl.drivers.loop",
-    "PhaseResult": "batchrl.drivers.loop",
+    "PhaseResult": "batchrl.drivers.progress",
     "episode_state": "batchrl.drivers.simulate",
     "simulate": "batchrl.drivers.simulate",
     "simulate_steps": "batchrl.drivers.simulate",
