@@ -1,11 +1,12 @@
 """Lazy exports and moved modules: importing a package starts nothing heavy (TensorFlow)
-until a name is used, and a module's old import path keeps working for a release after it
-moves."""
+until a name is used, an exported name stays itself beside a submodule of its name, and a
+module's old import path keeps working for a release after it moves."""
 
 import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
 
@@ -21,6 +22,25 @@ def exports(package, names):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def keep_exports(package, names):
+    """Keeps each of `names` (exported names of `package`, its `__name__`) the exported
+    object where a submodule has the same name: the import system sets an imported
+    submodule as an attribute of its package, which would replace the name (e.g.
+    `drivers.simulate`, the function, by `drivers/simulate.py`). Setting any other value
+    works as usual."""
+    kept = frozenset(names)
+
+    class Package(types.ModuleType):
+        """A package whose kept names no submodule import replaces."""
+
+        def __setattr__(self, name, value):
+            if name in kept and isinstance(value, types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    sys.modules[package].__class__ = Package
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

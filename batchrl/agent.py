@@ -12,13 +12,13 @@ import tensorflow as tf
 from batchrl import build as build_lib
 from batchrl import configs, spaces
 from batchrl import export as export_lib
+from batchrl.drivers.simulate import act as simulate_act
+from batchrl.drivers.simulate import episode_state
+from batchrl.drivers.simulate import observe as simulate_observe
 from batchrl.environments.application import ApplicationBatchEnv
 from batchrl.environments.in_graph import observation_dtype
 from batchrl.networks import spec as network_spec
 from batchrl.tools import nested
-from batchrl.tools.simulate import act as simulate_act
-from batchrl.tools.simulate import episode_state
-from batchrl.tools.simulate import observe as simulate_observe
 
 _CHECKPOINT = "agent"
 _HOST_STATE = "host_state.json"
@@ -44,7 +44,7 @@ class Agent:
     independently (`act` after an `observe` that ended an environment's episode begins a
     new one for it; `reset` begins new ones in environments whose episodes the application
     ends itself). Each call is one traced `tf.function` around the graph code that
-    `simulate` uses (`batchrl.tools.simulate.act` / `observe`), so the agent learns exactly
+    `simulate` uses (`batchrl.drivers.simulate.act` / `observe`), so the agent learns exactly
     as `train` does: it updates once `update_every` episodes have ended. The global step
     counts environment steps (`num_envs` per `observe`); `lr_schedule: linear` and
     `kl_schedule: linear` decay over the config's `steps`.

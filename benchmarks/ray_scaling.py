@@ -205,9 +205,9 @@ def measure_learner(batches, steps_per_call, calls=6):
 
     from batchrl import build as build_lib
     from batchrl import configs
+    from batchrl.drivers.loop import step_function
     from batchrl.environments.local import BatchEnv
     from batchrl.environments.mock import MockEnvironment
-    from batchrl.tools.loop import step_function
 
     results = {}
     for batch in batches:

@@ -68,7 +68,7 @@ def play(config_name, overrides):
 
     from batchrl import build as build_lib
     from batchrl import configs, environments
-    from batchrl.tools.loop import step_function
+    from batchrl.drivers.loop import step_function
 
     config = configs.load(config_name, overrides)
     need = config.update_every

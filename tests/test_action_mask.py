@@ -126,7 +126,7 @@ def test_dqn_explores_and_acts_within_the_mask(epsilon):
     """Strict MaskedChoice environments raise on a forbidden action: random exploration
     (epsilon 1) and greedy actions (epsilon 0) both keep to the masks while DQN trains."""
     from batchrl import build, environments
-    from batchrl.tools.simulate import simulate
+    from batchrl.drivers.simulate import simulate
 
     config = configs.load("default", {
         "algorithm": "dqn", "env": "batchrl.environments.nested_tasks:MaskedChoice",

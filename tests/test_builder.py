@@ -6,12 +6,12 @@ import tensorflow as tf
 
 from batchrl import build, configs
 from batchrl.algorithms import A2C, PPO, TRPO, FunctionalAlgorithm, build_algorithm, parts
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.networks import feed_forward_gaussian
 from batchrl.networks.distributions import DiagonalGaussian
-from batchrl.tools.simulate import episode_state, simulate
 from tests.recording_environment import RecordingEnvironment
 
 

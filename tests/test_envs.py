@@ -6,9 +6,9 @@ import tensorflow as tf
 
 from batchrl import build as build_lib
 from batchrl import configs, environments
+from batchrl.drivers.simulate import simulate
 from batchrl.envs import CartPole, Pendulum
 from batchrl.tools.mock_algorithm import MockAlgorithm
-from batchrl.tools.simulate import simulate
 
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 

@@ -9,12 +9,12 @@ import tensorflow as tf
 
 from batchrl import configs, networks
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.frame_stack import FrameStack, stacked_space
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.networks import spec as network_spec
 from batchrl.networks.torso import Torso
-from batchrl.tools.simulate import simulate
 from tests.recording_environment import RecordingEnvironment
 
 FRAMES = 3

@@ -8,13 +8,13 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.loop import Loop
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian
 from batchrl.scripts.events import read_scalars
-from batchrl.tools.loop import Loop
 
 
 def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=False,

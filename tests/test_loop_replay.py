@@ -9,12 +9,12 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.loop import Loop
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.memories.replay import ReplayMemory
 from batchrl.networks import feed_forward_gaussian
-from batchrl.tools.loop import Loop
 
 CAPACITY = 16
 

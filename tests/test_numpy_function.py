@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.ops import script_ops
 
-from batchrl.tools import numpy_function
+from batchrl.environments import numpy_function
 
 
 class _Subclass(np.ndarray):

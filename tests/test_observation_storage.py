@@ -7,13 +7,13 @@ import pytest
 import tensorflow as tf
 
 from batchrl import build, configs
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.nested_tasks import ImageAndCue
 from batchrl.environments.wrappers import standard_wrappers
 from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.memories.replay import ReplayMemory
 from batchrl.tools import nested
-from batchrl.tools.simulate import simulate
 
 SPACE = gym.spaces.Dict({
     "bits": gym.spaces.MultiBinary(2),

@@ -13,13 +13,13 @@ from batchrl.algorithms import dqn, off_policy
 from batchrl.algorithms.dqn import DQN
 from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
+from batchrl.drivers.loop import step_function
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import q_networks
-from batchrl.tools.loop import step_function
-from batchrl.tools.simulate import simulate
 
 SMALL = {"policy_layers": [16], "value_layers": [16], "learning_starts": 8,
          "batch_size": 8, "replay_capacity": 64}

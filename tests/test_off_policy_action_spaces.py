@@ -12,8 +12,8 @@ import tensorflow as tf
 
 import batchrl
 from batchrl import build, configs, environments
+from batchrl.drivers.simulate import simulate
 from batchrl.scripts import train
-from batchrl.tools.simulate import simulate
 
 OBSERVATION = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 SMALL = {"policy_layers": [8], "value_layers": [8], "batch_size": 4, "max_length": 20,

@@ -8,13 +8,13 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.loop import step_function
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
-from batchrl.tools.loop import step_function
-from batchrl.tools.simulate import simulate
 
 
 def _config(**overrides):

@@ -20,11 +20,11 @@ from gymnasium import spaces
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.networks import NETWORKS
 from batchrl.scripts import events
-from batchrl.tools.simulate import simulate
 from tests.recording_environment import RecordingEnvironment
 
 TOL = dict(rtol=1e-5, atol=1e-6)

@@ -8,10 +8,10 @@ import tensorflow as tf
 
 from batchrl import Agent, configs, networks
 from batchrl.algorithms.ppo import PPO
+from batchrl.drivers.simulate import simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
-from batchrl.tools.simulate import simulate
 
 CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "flatten"},
         {"type": "dense", "units": 16}]

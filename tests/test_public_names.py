@@ -9,21 +9,22 @@ _CHECK = """
 import inspect, sys, types
 {prelude}
 import batchrl
-from batchrl import tools
-for name in tools.__all__:
-    for _ in range(3):
-        value = getattr(tools, name)
-        assert not isinstance(value, types.ModuleType), (name, value)
-        assert inspect.isclass(value) or inspect.isfunction(value), (name, value)
-        assert value.__name__ == name, (name, value)
+from batchrl import drivers, tools
+for package in (tools, drivers):
+    for name in package.__all__:
+        for _ in range(3):
+            value = getattr(package, name)
+            assert not isinstance(value, types.ModuleType), (name, value)
+            assert inspect.isclass(value) or inspect.isfunction(value), (name, value)
+            assert value.__name__ == name, (name, value)
 assert inspect.isclass(batchrl.Agent) and batchrl.Agent is batchrl.Agent
 """
 
 
 @pytest.mark.parametrize("prelude", [
     "",
-    "import batchrl.tools.simulate, batchrl.tools.loop, batchrl.tools.streaming",
-    "from batchrl.tools.simulate import simulate_steps",
+    "import batchrl.drivers.simulate, batchrl.drivers.loop, batchrl.tools.streaming",
+    "from batchrl.drivers.simulate import simulate_steps",
 ])
 def test_exported_names_stay_what_they_are(prelude):
     """In a fresh process, also after the submodules of the same names were imported."""
@@ -34,7 +35,7 @@ def test_exported_names_stay_what_they_are(prelude):
 
 def test_importing_the_package_does_not_import_tensorflow_or_ray():
     code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers, "
-            "batchrl.environments; "
+            "batchrl.environments, batchrl.drivers; "
             "from batchrl.tools import nested; "
             "from batchrl.environments import nested_tasks, wrappers, ray; "
             "from batchrl.environments.ray import driver; "

@@ -17,11 +17,11 @@ import pytest
 import tensorflow as tf
 
 from batchrl import configs, environments
+from batchrl.drivers.loop import EnvironmentFailed
 from batchrl.environments.processes import ParallelBatchEnv
 from batchrl.environments.ray import driver as ray_env
 from batchrl.environments.wrappers import WorkerError
 from batchrl.scripts import train
-from batchrl.tools.loop import EnvironmentFailed
 from benchmarks.faults import evidence
 
 pytest.importorskip("ray")  # The extra batchrl[ray].

@@ -9,9 +9,9 @@ import tensorflow as tf
 import batchrl
 from batchrl import configs
 from batchrl.algorithms.sac import SAC
+from batchrl.drivers.loop import step_function
 from batchrl.envs import Pendulum
 from batchrl.memories.replay import FIELDS
-from batchrl.tools.loop import step_function
 from tests.test_replay import NumpyReplay
 
 N_STEP, DISCOUNT = 3, 0.9

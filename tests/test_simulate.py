@@ -3,13 +3,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl.drivers.simulate import act, episode_state, observe, simulate, simulate_steps
 from batchrl.environments.application import ApplicationBatchEnv
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.scripts.events import read_scalars
 from batchrl.tools.mock_algorithm import MockAlgorithm
-from batchrl.tools.simulate import act, episode_state, observe, simulate, simulate_steps
 
 
 class RecordingBatchEnv(BatchEnv):

@@ -1,4 +1,4 @@
-"""Learning algorithms that plug into `batchrl.tools.simulate`: BatchPPO, TRPO, A2C,
+"""Learning algorithms that plug into `batchrl.drivers.simulate`: BatchPPO, TRPO, A2C,
 `build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
 TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
 

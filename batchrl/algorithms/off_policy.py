@@ -231,7 +231,7 @@ class OffPolicyAlgorithm:
         normalizer, the random generator and the update counters. Not the replay memory
         (`progress_state`), which can be large: with `save_replay: true` the train command
         keeps it once per run directory, beside the latest checkpoint
-        (`batchrl.tools.loop.Loop`'s `replay`), not in every checkpoint."""
+        (`batchrl.drivers.Loop`'s `replay`), not in every checkpoint."""
         return dict(self._trackables, observ_filter=self._observ_filter,
                     random=self._random, update_debt=self._debt, updates=self._updates)
 

@@ -2,8 +2,9 @@
 used): the batch-environment contract (`base.BaseBatchEnv`) and one module per backend
 (`local`, `processes`, `envpool`, `ray/`), the in-graph batch (`in_graph`), the in-graph
 native environments (`native`, also named `batchrl.envs`), the application's batch of
-`batchrl.Agent` (`application`), the test tasks (`mock`, `nested_tasks`), and the
-environments of a config (`make`: `create_batch`, `episode_limit`, ...).
+`batchrl.Agent` (`application`), the test tasks (`mock`, `nested_tasks`), the
+environments of a config (`make`: `create_batch`, `episode_limit`, ...), and cheaper
+`tf.numpy_function` calls for the in-graph batch (`numpy_function`).
 
 Names are imported lazily, so that worker processes, which unpickle constructors that live
 in this package, import only what they use: `environments.BatchEnv` is
@@ -26,7 +27,8 @@ _EXPORTS = {
     "WorkerBatchEnv": "worker",
 }
 _SUBMODULES = {"application", "base", "envpool", "in_graph", "local", "make", "mock", "native",
-               "nested_tasks", "process_group", "processes", "ray", "worker", "wrappers"}
+               "nested_tasks", "numpy_function", "process_group", "processes", "ray",
+               "worker", "wrappers"}
 
 __all__ = sorted(_EXPORTS)
 

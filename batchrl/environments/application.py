@@ -8,7 +8,7 @@ class ApplicationBatchEnv(BatchVariablesView):
 
     It holds the same variables as `InGraphBatchEnv` — `observ`, `action`, `reward`, `done`
     (starts all True) and `terminated`, each with a leading batch dimension `num_envs` — but
-    nothing steps or resets environments: `batchrl.tools.simulate.act` and `observe` assign
+    nothing steps or resets environments: `batchrl.drivers.simulate.act` and `observe` assign
     the variables from what the application feeds in. `simulate` cannot drive it.
 
     Args:

@@ -4,7 +4,10 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from batchrl.tools.numpy_function import keep_python_thread_state, skip_needless_output_conversions
+from batchrl.environments.numpy_function import (
+    keep_python_thread_state,
+    skip_needless_output_conversions,
+)
 
 
 def observation_dtype(observation_space):
@@ -121,7 +124,7 @@ class InGraphBatchEnv(WrappingView):
 
     The Python environments are called through `tf.numpy_function`; constructing one
     makes such calls cheaper for the whole process
-    (`batchrl.tools.numpy_function.skip_needless_output_conversions`). `len()`, `[i]` and
+    (`batchrl.environments.numpy_function.skip_needless_output_conversions`). `len()`, `[i]` and
     other attributes reach the wrapped `BatchEnv`.
 
     Args:

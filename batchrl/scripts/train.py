@@ -178,7 +178,7 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
     epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
     memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
     `replay`)."""
-    from batchrl.tools.loop import Loop
+    from batchrl.drivers.loop import Loop
 
     return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
                 eval_episodes=config.eval_episodes, log_every=config.log_every,
@@ -198,7 +198,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
       config: a validated `Config`.
       logdir: the run directory.
       progress: show a progress bar (None: only on a terminal).
-      on_phase: optional callable receiving each `batchrl.tools.loop.PhaseResult`.
+      on_phase: optional callable receiving each `batchrl.drivers.PhaseResult`.
       stop: optional `threading.Event` that stops training after the current step.
       started_at: optional epoch seconds at which the command started; once the step
         function is traced, a line gives the seconds from it to the first training step,
@@ -215,16 +215,16 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
     Raises:
       ConfigError: a mistake in the config found when the environments are created (e.g.
         an unreachable `ray_address`); nothing was written.
-      batchrl.tools.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
+      batchrl.drivers.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
         `stop`); a checkpoint of the current step was written first.
-      batchrl.tools.loop.EnvironmentFailed: an environment raised, in its constructor,
+      batchrl.drivers.loop.EnvironmentFailed: an environment raised, in its constructor,
         the first reset or during training.
     """
     import tensorflow as tf
 
     from batchrl import build as build_lib
     from batchrl import environments
-    from batchrl.tools.loop import EnvironmentFailed, Interrupted
+    from batchrl.drivers.loop import EnvironmentFailed, Interrupted
 
     build_lib.check(config)
     check_resume(logdir, config)
@@ -342,7 +342,7 @@ def main(argv=None):
         return 2
     print(f"Training {config.env} with {config.algorithm} (config {args.config!r}) into "
           f"{args.logdir} ({config.num_agents} agents, {config.steps:,} steps).", flush=True)
-    from batchrl.tools.loop import EnvironmentFailed, Interrupted
+    from batchrl.drivers.loop import EnvironmentFailed, Interrupted
 
     stop = threading.Event()
     received = []

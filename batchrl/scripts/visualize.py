@@ -16,7 +16,7 @@ OUT_DIR:
 - `returns.json`: a list of `{"episode", "return", "length", "video"}` (the video's file
   name, relative to OUT_DIR), rewritten after each episode.
 
-Each step is one call of one `tf.function` around `batchrl.tools.simulate.simulate`, as in
+Each step is one call of one `tf.function` around `batchrl.drivers.simulate.simulate`, as in
 training, so the agent acts exactly as in an eval phase (recurrent policies included).
 
 The environment lives in an `ExternalProcess` worker, which never imports TensorFlow:
@@ -228,9 +228,9 @@ def visualize(config, checkpoint, outdir, episodes=1, max_steps=None, seed=None,
 
     from batchrl import build as build_lib
     from batchrl import environments
+    from batchrl.drivers.simulate import episode_state, simulate
     from batchrl.environments.local import BatchEnv
     from batchrl.environments.wrappers import ExternalProcess
-    from batchrl.tools.simulate import episode_state, simulate
 
     build_lib.check(config)
     limit = environments.episode_limit(config)

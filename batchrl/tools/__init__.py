@@ -1,59 +1,50 @@
-"""Algorithm-agnostic infrastructure: `simulate`, the training loop, streaming statistics
-and the mock algorithm. The environments live in `batchrl.environments`; DESIGN.md's names
-of them stay reachable here (`tools.BatchEnv`, `tools.InGraphBatchEnv`,
-`tools.MockEnvironment`, `tools.ExternalProcess`, `tools.wrappers.ExternalProcess`).
+"""Small algorithm-agnostic utilities: graph helpers, streaming statistics, summaries,
+nested structures and the mock algorithm.
 
-Names are imported lazily, so that importing this package imports no TensorFlow. An
-exported name is the documented object on every access, also where a submodule has the
-same name
-(`tools.simulate` is the function; its module is `sys.modules["batchrl.tools.simulate"]`,
-and `from batchrl.tools.simulate import ...` reaches its other names).
+DESIGN.md's first names stay reachable here: the environments' (`tools.BatchEnv`,
+`tools.InGraphBatchEnv`, `tools.MockEnvironment`, `tools.ExternalProcess`), which live in
+`batchrl.environments`, and the drivers' (`tools.simulate`, `tools.Loop`), which live in
+`batchrl.drivers`. Names are imported lazily, so that importing this package imports no
+TensorFlow. An exported name is the documented object on every access, also where a
+module has the same name (`tools.simulate` is the function).
+
+The modules that moved keep their old paths for a release (`batchrl._lazy.moved_modules`):
+`batchrl.tools.simulate`, `.loop`, `.numpy_function` and `.wrappers` import their new
+modules.
 """
 
 import importlib
-import sys
-import types
+
+from batchrl import _lazy
 
 _EXPORTS = {
     "BatchEnv": "batchrl.environments.local",
     "ExternalProcess": "batchrl.environments.wrappers",
     "InGraphBatchEnv": "batchrl.environments.in_graph",
-    "Loop": "batchrl.tools.loop",
+    "Loop": "batchrl.drivers.loop",
     "MockAlgorithm": "batchrl.tools.mock_algorithm",
     "MockEnvironment": "batchrl.environments.mock",
     "StreamingMean": "batchrl.tools.streaming",
     "StreamingNormalize": "batchrl.tools.streaming",
-    "simulate": "batchrl.tools.simulate",
+    "simulate": "batchrl.drivers.simulate",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-class _Package(types.ModuleType):
-    """Keeps importing a submodule from replacing an exported name of the same name (the
-    import system sets the submodule as an attribute of its package)."""
-
-    def __setattr__(self, name, value):
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-# Modules that moved to `batchrl.environments`, reachable as attributes under their old name.
-_MOVED = {"wrappers": "batchrl.environments.wrappers"}
+_lazy.keep_exports(__name__, _EXPORTS)
+_lazy.moved_modules({
+    "batchrl.tools.loop": "batchrl.drivers.loop",
+    "batchrl.tools.numpy_function": "batchrl.environments.numpy_function",
+    "batchrl.tools.simulate": "batchrl.drivers.simulate",
+    "batchrl.tools.wrappers": "batchrl.environments.wrappers",
+})
+_exported = _lazy.exports(__name__, _EXPORTS)
 
 
 def __getattr__(name):
-    if name in _MOVED:
-        return importlib.import_module(_MOVED[name])
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    try:
+        return _exported(name)
+    try:  # A submodule, or a moved module under its old name.
         return importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -90,7 +90,7 @@ def _stepping_seconds(config, batch_env, steps_per_call, calls):
     """Seconds that `simulate` with `MockAlgorithm` takes for the batch steps of `calls`."""
     import tensorflow as tf
 
-    from batchrl.tools.loop import step_function
+    from batchrl.drivers.loop import step_function
     from batchrl.tools.mock_algorithm import MockAlgorithm
 
     mock = step_function(batch_env, MockAlgorithm(batch_env, seed=config.seed),

@@ -28,8 +28,8 @@ run and one process, environment steps per second (every environment's step coun
   (`NEXT_STEP`): the call after an episode ended resets that environment instead of
   stepping it; such reset-only entries are not counted as steps.
 - `simulate_mock` / `simulate_mock_loop` / `simulate_mock_processes`:
-  `batchrl.tools.simulate` with `MockAlgorithm` (random actions) through the training
-  loop's step function (`batchrl.tools.loop.step_function`): in-process with one step per
+  `batchrl.drivers.simulate` with `MockAlgorithm` (random actions) through the training
+  loop's step function (`batchrl.drivers.loop.step_function`): in-process with one step per
   `tf.function` call and with K (`--steps-per-call`) steps per call, and with the worker
   `ParallelBatchEnv` that training starts for `env_backend: processes`, K steps per call.
 - `ppo_inference`: the same with BatchPPO (`batchrl.build.build` from the config of

@@ -30,10 +30,10 @@ def config_name(env_id):
 
 def loop_step_function(batch_env, algo, steps_per_call, writer=None, step=None,
                        jit_compile=False):
-    """The training loop's step function (`batchrl.tools.loop.step_function`, imported
+    """The training loop's step function (`batchrl.drivers.loop.step_function`, imported
     here: it imports TensorFlow) of `algo` over the in-graph `batch_env`, `steps_per_call`
     batch steps a call; `writer`, `step` and `jit_compile` as there."""
-    from batchrl.tools.loop import step_function
+    from batchrl.drivers.loop import step_function
 
     return step_function(batch_env, algo, steps_per_call, writer, step,
                          jit_compile=jit_compile)
@@ -57,7 +57,7 @@ def simulate_call(function, batch, steps_per_call):
 
 def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, warmup):
     """Steps `simulate` with `MockAlgorithm` (random valid actions) through the training
-    loop's step function (`batchrl.tools.loop.step_function`).
+    loop's step function (`batchrl.drivers.loop.step_function`).
 
     The batch is built as training builds it (`environments.create_batch`). An in-graph
     environment (`batchrl.envs`) runs with `jit_compile=True`: the whole call is one XLA

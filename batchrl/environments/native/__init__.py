@@ -3,7 +3,7 @@ written in TensorFlow.
 
 Their whole step is made of graph operations, so that a collection step can be compiled
 with XLA (`tf.function(jit_compile=True)`); they duck-type `batchrl.tools.InGraphBatchEnv`
-and work with `batchrl.tools.simulate` and the training loop unchanged.
+and work with `batchrl.drivers.simulate` and the training loop unchanged.
 """
 
 from batchrl.environments.native.base import NativeBatchEnv

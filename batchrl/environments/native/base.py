@@ -26,7 +26,7 @@ class NativeBatchEnv(BatchVariablesView):
       int32 `[B]` for `Discrete`;
     - `reward`: float32 `[B]`, the reward of the latest step;
     - `done`: bool `[B]`, the latest step ended the episode (terminated or truncated). It
-      starts as all True, so the first `simulate` of `batchrl.tools.simulate` resets all;
+      starts as all True, so the first `simulate` of `batchrl.drivers.simulate` resets all;
     - `terminated`: bool `[B]`, the latest step ended the episode in a terminal state;
       `done & ~terminated` means truncated by the time limit;
 

@@ -1,9 +1,8 @@
-"""The training loop: alternating train and eval phases, summaries, checkpoints, progress."""
+"""The training loop: alternating train and eval phases, their summaries, and the compiled
+step function that each call of it runs."""
 
 import contextlib
-import dataclasses
 import os
-import pathlib
 import sys
 import time
 
@@ -11,7 +10,9 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from batchrl.tools.simulate import episode_state, simulate_steps
+from batchrl.drivers.checkpoints import Checkpoints
+from batchrl.drivers.progress import PhaseResult, bar_postfix, report_line
+from batchrl.drivers.simulate import episode_state, simulate_steps
 
 
 class Interrupted(Exception):
@@ -21,28 +22,6 @@ class Interrupted(Exception):
 class EnvironmentFailed(RuntimeError):
     """An environment raised inside a step (e.g. a crashed worker, a NaN observation); the
     message is the environment's error, which is also the `__cause__`."""
-
-
-@dataclasses.dataclass
-class PhaseResult:
-    """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
-    undiscounted returns (`scores`) and lengths of the episodes that ended in it
-    (`mean_score` is NaN when none did)."""
-
-    name: str
-    global_step: int
-    steps: int
-    seconds: float
-    scores: list
-    lengths: list
-
-    @property
-    def mean_score(self):
-        return float(np.mean(self.scores)) if self.scores else float("nan")
-
-    @property
-    def steps_per_second(self):
-        return self.steps / max(self.seconds, 1e-9)
 
 
 class Loop:
@@ -81,21 +60,9 @@ class Loop:
     `time/startup_seconds`. The global step is advanced after each train call.
 
     Checkpoints (`tf.train.CheckpointManager` in `LOGDIR`, the last `keep_checkpoints`)
-    are written after every train phase; `run()` resumes from the latest one.
-
-    A `replay` (the replay memory of `save_replay: true`) is kept once per run directory,
-    not in every checkpoint: `save` writes it to `LOGDIR/replay/ckpt-S` (S the global
-    step, the name of the checkpoint it belongs to), then the checkpoint `LOGDIR/ckpt-S`,
-    and only then deletes the replay of earlier checkpoints. A process stopped at any point
-    thus leaves the latest checkpoint with its own replay beside it (an unfinished
-    `replay/ckpt-S` belongs to no checkpoint yet and is deleted by the next save).
-    `restore` reads the replay of the checkpoint it restores: `replay/ckpt-S`, or, for a
-    run written before the replay had a directory of its own, the one inside `ckpt-S`.
-    A checkpoint without its replay (the run was resumed from an older checkpoint than the
-    latest, e.g. after deleting the newer ones, or `replay/` was deleted) restores none:
-    the memory starts empty rather than holding transitions collected after the
-    checkpoint's step, and the next save replaces the replay that was there
-    (`replay_restored` tells which happened).
+    are written after every train phase; `run()` resumes from the latest one. A `replay`
+    (the replay memory of `save_replay: true`) is kept once per run directory beside the
+    latest checkpoint, not in every checkpoint (`checkpoints.Checkpoints`).
 
     Args:
       logdir: run directory (created if missing).
@@ -150,13 +117,8 @@ class Loop:
         self._log_every = int(log_every)
         self._progress = progress
         self._stop = stop
-        self._checkpoint = checkpoint
         self._restored = False
-        self._manager = tf.train.CheckpointManager(
-            checkpoint, self._logdir, max_to_keep=keep_checkpoints)
-        self._replay = None if replay is None else tf.train.Checkpoint(replay=replay)
-        self._replay_dir = pathlib.Path(self._logdir, "replay")
-        self._replay_restored = None
+        self._checkpoints = Checkpoints(self._logdir, checkpoint, keep_checkpoints, replay)
         self._writers = {
             name: tf.summary.create_file_writer(os.path.join(self._logdir, name))
             for name in ("train", "eval")}
@@ -174,7 +136,8 @@ class Loop:
 
     @property
     def manager(self):
-        return self._manager
+        """The `tf.train.CheckpointManager` of `logdir`."""
+        return self._checkpoints.manager
 
     def tracing_count(self):
         """How often the step function of both phases was traced (int)."""
@@ -195,65 +158,24 @@ class Loop:
     @property
     def replay_restored(self):
         """Where `restore` read the `replay` from (str: a checkpoint prefix), or None when
-        it restored none (no `replay`, no checkpoint, or the checkpoint's replay is
-        missing: see the class)."""
-        return self._replay_restored
+        it restored none (`checkpoints.Checkpoints.replay_restored`)."""
+        return self._checkpoints.replay_restored
 
     def restore(self):
         """Restores the latest checkpoint if there is one, and the `replay` saved with it
-        (see the class); returns the checkpoint's path or None."""
+        (`checkpoints.Checkpoints`); returns the checkpoint's path or None."""
         self._restored = True
-        path = self._manager.latest_checkpoint
-        if path:
-            self._checkpoint.restore(path).assert_existing_objects_matched()
-            if self._replay is not None:
-                self._replay_restored = self._restore_replay(path)
-        return path
-
-    def _restore_replay(self, path):
-        """Reads the replay of the checkpoint `path`; returns where from, or None."""
-        own = self._replay_dir / os.path.basename(path)
-        if tf.io.gfile.exists(f"{own}.index"):
-            self._replay.read(str(own)).assert_consumed()
-            return str(own)
-        # A run of an older release kept the replay inside each checkpoint.
-        if any(name.startswith("replay/") for name, _ in tf.train.list_variables(path)):
-            self._replay.read(path).expect_partial().assert_existing_objects_matched()
-            return path
-        return None
-
-    def _delete_replays_but(self, name):
-        """Deletes the files of the replays in `LOGDIR/replay` other than `name`'s
-        (`ckpt-S`), unfinished ones included."""
-        for entry in self._replay_dir.glob("ckpt-*"):
-            if entry.name.split(".")[0] == name:
-                continue
-            if entry.is_dir():  # `ckpt-S_temp`, what an interrupted write left.
-                tf.io.gfile.rmtree(str(entry))
-            else:
-                entry.unlink(missing_ok=True)
+        return self._checkpoints.restore()
 
     def save(self):
-        """Writes a checkpoint at the current global step, and the `replay` beside it (see
-        the class); returns the checkpoint's path.
+        """Writes a checkpoint at the current global step, and the `replay` beside it
+        (`checkpoints.Checkpoints`); returns the checkpoint's path.
 
         Raises:
           FloatingPointError: a variable holds NaN or infinite values; nothing is written,
             so the last good checkpoint stays the latest.
         """
-        bad = _non_finite_variables(self._checkpoint) + (
-            [] if self._replay is None else _non_finite_variables(self._replay))
-        if bad:
-            raise FloatingPointError(
-                f"not saving a checkpoint at step {int(self._step.numpy()):,}: non-finite "
-                f"values in {', '.join(bad[:5])}; the latest checkpoint is "
-                f"{self._manager.latest_checkpoint}")
-        step = int(self._step.numpy())
-        if self._replay is not None:
-            self._replay.write(str(self._replay_dir / f"ckpt-{step}"))
-        path = self._manager.save(checkpoint_number=step)
-        if self._replay is not None:
-            self._delete_replays_but(os.path.basename(path))
+        path = self._checkpoints.save(int(self._step.numpy()))
         for writer in self._writers.values():
             writer.flush()
         return path
@@ -303,8 +225,8 @@ class Loop:
                     results.append(result)
                     if on_phase:
                         on_phase(result)
-                bar.set_postfix_str(self._postfix(phases), refresh=False)
-                bar.write(self._report(phases, len(self._batch_env)))
+                bar.set_postfix_str(bar_postfix(phases), refresh=False)
+                bar.write(report_line(phases, len(self._batch_env)))
                 sys.stdout.flush()  # Progress reaches log files now, not at exit.
         finally:
             bar.close()
@@ -427,30 +349,6 @@ class Loop:
         lengths.extend(running[ended].tolist())
         running[done] = 0
 
-    @staticmethod
-    def _postfix(phases):
-        return "  ".join(f"{p.name} {p.mean_score:.1f}" if p.scores else
-                         f"{p.name} no episode" for p in phases)
-
-    @staticmethod
-    def _report(phases, agents):
-        """The line printed after a train phase (and its eval): each phase's mean score,
-        episodes and speed. A phase in which no episode ended (a train phase of fewer steps
-        per agent than an episode has: it begins new episodes, and the next eval phase
-        cuts them) says so, and why, where its mean would be NaN."""
-        parts = [f"step {phases[0].global_step:>10,}"]
-        for phase in phases:
-            speed = f"{phase.steps_per_second:,.0f} steps/s"
-            if phase.scores:
-                parts.append(f"{phase.name} score {phase.mean_score:9.1f} "
-                             f"({len(phase.scores)} episodes, {speed})")
-            else:
-                parts.append(
-                    f"{phase.name}: no episode ended in this phase (phases of "
-                    f"{phase.steps // agents:,} steps per agent, shorter than an episode; "
-                    f"{speed})")
-        return "  ".join(parts)
-
 
 def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
                   count_steps=True, jit_compile=False):
@@ -497,14 +395,3 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
         return done, score
 
     return run
-
-
-def _non_finite_variables(checkpoint):
-    """Names of the float variables under `checkpoint` that hold NaN or infinite values."""
-    names = []
-    for item in tf.train.TrackableView(checkpoint).descendants():
-        if not (hasattr(item, "numpy") and hasattr(item, "dtype")):
-            continue
-        if tf.as_dtype(item.dtype).is_floating and not np.isfinite(item.numpy()).all():
-            names.append(getattr(item, "path", None) or item.name)
-    return names
