@@ -203,18 +203,11 @@ class ReplayMemory(tf.Module):
         return total
 
     def add(self, agent_indices, observ, action, reward, terminated, truncated, nextob):
-        """Adds one batch step of the given agents, storing the transitions it completes.
-
-        Each agent's last steps wait in its window until `n_step` steps are there; then the
-        oldest leaves as a transition with the return `R = sum_{i<n} discount^i r_{t+i}`,
-        the discount `discount^n` and the `nextob` of this step (Sutton & Barto 2018, eq.
-        7.1). When an episode ends at this step, all its waiting steps leave at once, each
-        with its partial return up to the end and `discount^k` (k the steps to the end) on a
-        truncation, which bootstraps from the final observation `nextob`, or 0 on a
-        termination, which does not; the window empties. With `n_step = 1` every step leaves
-        at once. The transitions are written in the order of `agent_indices`, each agent's
-        oldest first; if there are more than `capacity` of them only the last are kept
-        (`NStepAccumulator.add`).
+        """Adds one batch step of the given agents, storing the transitions it completes:
+        the n-step returns and the episodes that end at this step are as
+        `NStepAccumulator.add` describes (Sutton & Barto 2018, eq. 7.1). The transitions are
+        written in the order of `agent_indices`, each agent's oldest first; if there are
+        more than `capacity` of them only the last are kept.
 
         Args:
           agent_indices: int32 `[n]`, distinct agents in `[0, num_agents)`.
@@ -235,13 +228,8 @@ class ReplayMemory(tf.Module):
     def reset_agents(self, agent_indices):
         """Ends the episodes of these agents after their last step without a termination
         (a new episode began without the old one ending, e.g. a forced reset): their
-        waiting steps leave as transitions of a truncated episode, as in `add`, each with
-        its partial return up to the last step and `discount^k` (k the steps to the end),
-        bootstrapping from the observation after the last step (the `nextob` `add` was
-        last given for the agent); the windows empty. The transitions are written in the
-        order of the agents' indices, each agent's oldest first. The windows of all agents
-        are computed, those of the others not stored, so that every shape is static
-        (`NStepAccumulator.flush`).
+        waiting steps are stored as transitions of a truncated episode, bootstrapping from
+        the `nextob` `add` was last given for the agent (`NStepAccumulator.flush`).
 
         Args:
           agent_indices: int32 `[n]`, distinct agents in `[0, num_agents)`.
