@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import ruamel.yaml
 
@@ -181,3 +183,23 @@ def test_every_shipped_config_chooses_its_backend_with_env_backend_alone(name):
     assert config.env_backend == raw.get("env_backend", "processes")
     assert config.env.startswith("envpool:") == (config.env_backend == "envpool")
     environments.check_backend(config)
+
+
+# A measured score in a comment: "eval 500", "eval return 1,625", "-174 at 1M steps",
+# "19.8 of 20 at 40k". Figures live in docs/results.md, written by batchrl-benchmark.
+SCORE = re.compile(r"eval(?: return)? [-−≥>=\s]*\d|\d at \d[\d.,]*[kM]\b|\d of \d+ at ")
+
+
+@pytest.mark.parametrize("name", configs.available())
+def test_shipped_config_comments_say_why_not_what_it_scored(name):
+    comments = [line.split("#", 1)[1] for line in (configs.CONFIG_DIR / f"{name}.yaml").read_text().splitlines()
+                if "#" in line]
+    scores = [comment.strip() for comment in comments if SCORE.search(comment)]
+    assert not scores, f"configs/{name}.yaml: {scores}"
+
+
+def test_score_pattern_finds_the_scores_that_comments_once_held():
+    for comment in ["eval return 1,625 at 1M steps", "eval -174 at 1M steps", "eval 500 after",
+                    "eval >= -200 after 12k steps", "19.8 of 20 at 40k", "380 at 1M"]:
+        assert SCORE.search(comment), comment
+    assert not SCORE.search("updates: the target is the network of 500 steps ago")
