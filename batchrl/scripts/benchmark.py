@@ -279,7 +279,7 @@ def section_figures(lines):
 
 def other_reports(output):
     """The other reports of `batchrl-benchmark` in the folder of `output` and below it
-    (e.g. docs/results-parts.md next to docs/results.md), newest first: a list of
+    (e.g. a trial's docs/short.md next to docs/results.md), newest first: a list of
     (path relative to that folder, the date they were written, `earlier_sections`)."""
     output = pathlib.Path(output)
     found = []
