@@ -137,3 +137,12 @@ def test_replay_kept_needs_a_transition_per_step(tmp_path):
         False, "no replay memory saved with ckpt-8000 (replay/ckpt-8000)")
     assert evidence.replay_kept(tmp_path / "empty", 10) == (
         False, "no checkpoint to hold the replay memory")
+
+
+def test_a_report_replaces_its_section_of_the_page_and_keeps_the_rest():
+    page = "# Faults\n\nIntro.\n\n## A\n\nold a\n\n## B\n\nold b\n"
+    assert fault_injection.with_section(page, "A", "new a\n") == (
+        "# Faults\n\nIntro.\n\n## A\n\nnew a\n\n## B\n\nold b\n")
+    assert fault_injection.with_section(page, "B", "new b") == (
+        "# Faults\n\nIntro.\n\n## A\n\nold a\n\n## B\n\nnew b\n")
+    assert fault_injection.with_section(page, "C (new)", "c") == page + "\n## C (new)\n\nc\n"

@@ -1,12 +1,17 @@
 """Inject random faults into short training runs and count what went wrong.
 
-    .venv/bin/python -m benchmarks.faults --trials 20 --output docs/faults.md
+    .venv/bin/python -m benchmarks.faults --trials 20 \
+        --output docs/faults.md --section "Worker processes"
     .venv/bin/python -m benchmarks.faults --backend ray --trials 20 \
-        --output docs/faults-ray.md
-    .venv/bin/python -m benchmarks.faults --backend envpool --trials 20 \
-        --output docs/faults-envpool.md
+        --output docs/faults.md --section "Ray actors"
+    .venv/bin/python -m benchmarks.faults --backend envpool --trials 8 \
+        --output docs/faults.md --section "EnvPool"
     .venv/bin/python -m benchmarks.faults --config pendulum_sac --trials 20 \
-        --output docs/faults-sac.md
+        --output docs/faults.md --section "SAC, worker processes"
+
+With `--section TITLE` the report replaces the section `## TITLE` of the `--output` page
+(or is appended as a new one) and leaves the rest of the page as it is: docs/faults.md
+holds every trial set under its own heading.
 
 Each trial trains Pendulum with `--config` (default `pendulum`: PPO) in worker processes
 (with `--backend ray` Ray actors on a local Ray that the trainer starts; with `--backend
@@ -425,6 +430,18 @@ def report(results):
     return summary + "\n\n" + "\n".join(rows) + "\n", totals
 
 
+def with_section(page, title, body):
+    """The Markdown `page` (str) with its section `## title` (from that heading to the next
+    `## ` heading or the end) replaced by `body` under the same heading, or with the section
+    appended when the page has none of that title."""
+    section = f"## {title}\n\n{body.rstrip()}\n"
+    match = re.search(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", page, re.MULTILINE | re.DOTALL)
+    if match is None:
+        return page.rstrip() + "\n\n" + section
+    following = "\n" if match.end() < len(page) else ""
+    return page[:match.start()] + section + following + page[match.end():]
+
+
 def main(argv=None):
     """Runs the trials of `argv` (default: `sys.argv[1:]`) and prints the report; returns
     the exit code (1 when a count is not zero or a trial had an unexpected outcome)."""
@@ -455,6 +472,9 @@ def main(argv=None):
                              "with the latest checkpoint for sac and td3 (default: "
                              "%(default)s)")
     parser.add_argument("--output", help="also write the Markdown report to this file")
+    parser.add_argument("--section", metavar="TITLE",
+                        help="with --output: write the report as the section '## TITLE' of "
+                             "that page, replacing a section of that title, keeping the rest")
     args = parser.parse_args(argv)
     try:
         algorithm = algorithm_of(args.config)
@@ -481,8 +501,13 @@ def main(argv=None):
     text, totals = report(results)
     print("\n" + text)
     if args.output:
-        pathlib.Path(args.output).write_text(
-            "# Fault injection\n\nWritten by `python -m benchmarks.faults "
-            f"{shlex.join(sys.argv[1:] if argv is None else argv)}`.\n\n" + text)
+        written = ("Written by `python -m benchmarks.faults "
+                   f"{shlex.join(sys.argv[1:] if argv is None else argv)}`.\n\n" + text)
+        path = pathlib.Path(args.output)
+        if args.section:
+            page = path.read_text() if path.exists() else "# Fault injection\n"
+            path.write_text(with_section(page, args.section, written))
+        else:
+            path.write_text("# Fault injection\n\n" + written)
     bad = sum(value for name, value in totals.items() if name != "trials")
     return 1 if bad else 0
