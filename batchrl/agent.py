@@ -16,9 +16,9 @@ from batchrl.drivers.simulate import act as simulate_act
 from batchrl.drivers.simulate import episode_state
 from batchrl.drivers.simulate import observe as simulate_observe
 from batchrl.environments.application import ApplicationBatchEnv
-from batchrl.environments.in_graph import observation_dtype
 from batchrl.networks import spec as network_spec
-from batchrl.tools import nested
+from batchrl.spaces import nested
+from batchrl.spaces.graph import observation_dtype
 
 _CHECKPOINT = "agent"
 _HOST_STATE = "host_state.json"

@@ -145,7 +145,7 @@ def export_policy(algo, observation_space, action_space, directory, seed=0):
     share a name).
 
     Nested spaces (`Dict` / `Tuple`) have one input per observation leaf and one output per
-    action leaf, named by the leaf's path (`batchrl.tools.nested.leaf_key`): e.g.
+    action leaf, named by the leaf's path (`batchrl.spaces.nested.leaf_key`): e.g.
     `observation_angle` and `observation_velocity` for `Dict(angle=..., velocity=...)`,
     `action_move` and `action_kind` for `Dict(kind=..., move=...)`; dtypes as
     `batchrl.spaces.observation_spec` and `batchrl.spaces.to_action_space` give them

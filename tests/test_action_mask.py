@@ -9,7 +9,7 @@ import tensorflow as tf
 import batchrl
 from batchrl import configs, networks
 from batchrl.environments.nested_tasks import MaskedChoice
-from batchrl.tools.nested import FlatActionSpace, FlatObservationSpace
+from batchrl.spaces.nested import FlatActionSpace, FlatObservationSpace
 
 SPACE = gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(4),
                          "position": gym.spaces.Box(-5.0, 5.0, (3,), np.float32)})

@@ -8,7 +8,7 @@ import pytest
 
 from batchrl.algorithms.dqn import DQN
 from batchrl.environments.application import ApplicationBatchEnv
-from batchrl.tools.nested import FlatObservationSpace
+from batchrl.spaces.nested import FlatObservationSpace
 from tests import off_policy_numpy as ref
 
 BATCH, ACTIONS = 8, 5

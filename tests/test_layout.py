@@ -7,12 +7,14 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "batchrl"
 # The floor of each part of the package (a part: a subpackage, or a module of the front).
-FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "environments": 1, "envs": 1, "drivers": 2,
-          "networks": 2, "memories": 2, "optimizers": 2, "algorithms": 3, "scripts": 5}
-FRONT = 4  # configs, build, agent, export, spaces, __init__.
+FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "spaces": 1, "environments": 2, "envs": 2,
+          "drivers": 2, "networks": 2, "memories": 2, "optimizers": 2, "algorithms": 3,
+          "scripts": 5}
+FRONT = 4  # configs, build, agent, export, __init__.
 # The parts above its floor that a file may name: DESIGN.md's first names of the drivers
-# (`tools.simulate`, `tools.Loop`) and their old module paths, exported lazily by name.
-ALIASES = {"tools/__init__.py": {"drivers"}}
+# and environments (`tools.simulate`, `tools.Loop`, `tools.BatchEnv`, ...) and their old
+# module paths, exported lazily by name.
+ALIASES = {"tools/__init__.py": {"drivers", "environments"}}
 # A string that names a module of batchrl (lazy exports and moved modules import by name).
 _MODULE_NAME = re.compile(r"batchrl(\.\w+)+")
 

@@ -1,6 +1,6 @@
-"""The old paths of the modules that left `batchrl/tools/` (for `batchrl/drivers/` and
-`batchrl/environments/`) import the new modules themselves, and `batchrl.tools`' names
-stay what DESIGN.md says."""
+"""The old paths of the modules that left `batchrl/tools/` (for `batchrl/drivers/`,
+`batchrl/environments/` and `batchrl/spaces/`) import the new modules themselves, and
+`batchrl.tools`' names stay what DESIGN.md says."""
 
 import importlib
 import subprocess
@@ -11,6 +11,7 @@ import pytest
 
 MOVES = {
     "batchrl.tools.loop": "batchrl.drivers.loop",
+    "batchrl.tools.nested": "batchrl.spaces.nested",
     "batchrl.tools.numpy_function": "batchrl.environments.numpy_function",
     "batchrl.tools.simulate": "batchrl.drivers.simulate",
     "batchrl.tools.wrappers": "batchrl.environments.wrappers",

@@ -1,4 +1,4 @@
-"""Nested spaces as flat vectors: `batchrl.tools.nested` (environment side, NumPy) and
+"""Nested spaces as flat vectors: `batchrl.spaces.nested` (environment side, NumPy) and
 `batchrl.spaces` (graph side), which must agree with each other and with Gymnasium."""
 
 import pickle
@@ -15,7 +15,7 @@ from batchrl import spaces as spaces_lib
 from batchrl.environments.nested_tasks import DictPendulum, ReachAndChoose
 from batchrl.environments.processes import ParallelBatchEnv
 from batchrl.environments.wrappers import WorkerError, standard_wrappers
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

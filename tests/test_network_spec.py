@@ -201,7 +201,7 @@ LEAVES = {"leaves": {"image": [{"type": "conv2d", "filters": 4, "kernel": 3},
 
 
 def _leaf_torso(network, preprocessing=None):
-    from batchrl.tools.nested import FlatObservationSpace
+    from batchrl.spaces.nested import FlatObservationSpace
 
     return Torso(network_spec.check_network(network),
                  network_spec.check_preprocessing(preprocessing or {}),
@@ -225,7 +225,7 @@ def test_each_listed_leaf_has_its_own_layers_before_the_merge():
 
 
 def test_a_tuple_observation_names_its_entries_by_index():
-    from batchrl.tools.nested import FlatObservationSpace
+    from batchrl.spaces.nested import FlatObservationSpace
 
     space = gym.spaces.Tuple((gym.spaces.Box(0, 255, (8, 8, 1), np.uint8),
                               gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
@@ -326,7 +326,7 @@ def test_a_declared_recurrent_policy_keeps_its_state_and_exports_with_it(tmp_pat
 
 def test_a_normalize_step_normalizes_only_the_entries_that_list_it():
     from batchrl import build, environments
-    from batchrl.tools.nested import FlatObservationSpace, leaves
+    from batchrl.spaces.nested import FlatObservationSpace, leaves
 
     config = configs.load("image_and_cue", {
         "normalize_observ": False, "num_agents": 2,

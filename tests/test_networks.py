@@ -52,7 +52,7 @@ def test_tanh_hidden_layers_are_bounded():
 
 
 def test_composite_network_has_one_head_per_action_leaf():
-    from batchrl.tools.nested import FlatActionSpace
+    from batchrl.spaces.nested import FlatActionSpace
 
     action_space = FlatActionSpace(gym.spaces.Dict({
         "bits": gym.spaces.MultiBinary(3),
@@ -85,7 +85,7 @@ def test_composite_network_has_one_head_per_action_leaf():
     ("feed_forward_composite", "nested")])
 def test_a_checkpoint_of_the_networks_alone_restores_every_weight(name, space, tmp_path):
     if space == "nested":  # Several heads: a list of layers, like the hidden layers.
-        from batchrl.tools.nested import FlatActionSpace
+        from batchrl.spaces.nested import FlatActionSpace
         space = FlatActionSpace(gym.spaces.Tuple((gym.spaces.Discrete(3),
                                                   gym.spaces.Box(-1, 1, (2,), np.float32))))
     saved = _networks(name, space)

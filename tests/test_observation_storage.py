@@ -13,7 +13,7 @@ from batchrl.environments.nested_tasks import ImageAndCue
 from batchrl.environments.wrappers import standard_wrappers
 from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.memories.replay import ReplayMemory
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 SPACE = gym.spaces.Dict({
     "bits": gym.spaces.MultiBinary(2),

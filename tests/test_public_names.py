@@ -36,7 +36,7 @@ def test_exported_names_stay_what_they_are(prelude):
 def test_importing_the_package_does_not_import_tensorflow_or_ray():
     code = ("import sys, batchrl, batchrl.tools, batchrl.algorithms, batchrl.optimizers, "
             "batchrl.environments, batchrl.drivers; "
-            "from batchrl.tools import nested; "
+            "from batchrl.spaces import nested; "
             "from batchrl.environments import nested_tasks, wrappers, ray; "
             "from batchrl.environments.ray import driver; "
             "from batchrl import configs; "

@@ -16,7 +16,7 @@ from batchrl.algorithms import exploration as exploration_lib
 from batchrl.memories.replay import ReplayMemory
 from batchrl.memories.samplers import annealed_beta
 from batchrl.optimizers import base as optimizers_base
-from batchrl.tools import nested
+from batchrl.spaces import nested
 from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
-from batchrl.tools import nested
+from batchrl.spaces import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
@@ -35,7 +35,7 @@ class OnPolicyAlgorithm:
 
     Observations are normalized with a running mean and standard deviation and clipped to
     [-observ_clip, observ_clip], element by element (for a flattened nested observation,
-    `batchrl.tools.nested.FlatObservationSpace`, only the elements of its `Box` leaves: the
+    `batchrl.spaces.nested.FlatObservationSpace`, only the elements of its `Box` leaves: the
     one-hot and binary elements stay 0 / 1); rewards are scaled by a running standard deviation and
     clipped to [-reward_clip, reward_clip] (each switchable in the config). The standard
     deviation is that of the rewards (`reward_normalizer: reward`, Hafner et al.) or of each
@@ -60,7 +60,7 @@ class OnPolicyAlgorithm:
         and the subclass read; for a subclass that declares it in `config_keys`,
         `chunk_length` (episodes are stored padded to a multiple of it; None:
         `max_length`). Optional `normalize_keys`: the `Dict` entries `normalize_observ`
-        normalizes (`batchrl.tools.nested.normalized_elements`; absent or None: all).
+        normalizes (`batchrl.spaces.nested.normalized_elements`; absent or None: all).
 
     The update's skeleton is shared too: `_train` calls the subclass's `_update_step`
     (compiled once, with XLA when the config's `jit_update` is true and the subclass reads

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.environments.in_graph import WrappingView
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 # Where a part of the observation lies in the flat observation (`offset`, `size`) and in the
 # flat stacked one (`stacked_offset`), its channels (last axis) and the frames kept of it

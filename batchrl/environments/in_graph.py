@@ -8,15 +8,7 @@ from batchrl.environments.numpy_function import (
     keep_python_thread_state,
     skip_needless_output_conversions,
 )
-
-
-def observation_dtype(observation_space):
-    """The dtype in which a batch holds observations of the `Box` `observation_space`:
-    uint8 for a uint8 or bool `Box` (images and binary frames stay a byte an element, in the
-    batch and in the memories; the networks convert them), float32 for any other."""
-    if np.dtype(observation_space.dtype) in (np.uint8, np.bool_):
-        return tf.uint8
-    return tf.float32
+from batchrl.spaces.graph import observation_dtype
 
 
 class BatchVariables:

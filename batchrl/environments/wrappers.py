@@ -42,7 +42,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 __all__ = ["ExternalProcess", "WorkerError", "standard_wrappers"]
 
@@ -503,11 +503,11 @@ def standard_wrappers(env, max_episode_steps=None):
       as for a `Discrete` leaf of a nested space, and the environment receives
       `start + index`. A `Discrete` starting at 0 is left untouched.
     - `MultiDiscrete`, `MultiBinary`, or `Dict` / `Tuple` action space (nested; leaves `Box`,
-      `Discrete`, `MultiDiscrete`, `MultiBinary`): `batchrl.tools.nested.UnflattenAction`, so
+      `Discrete`, `MultiDiscrete`, `MultiBinary`): `batchrl.spaces.nested.UnflattenAction`, so
       the agent acts with one flat float32 vector (`FlatActionSpace`: a `Box` leaf in [-1, 1]
       as above, an index per `Discrete` choice, a bit per `MultiBinary` element).
     - `Discrete`, `MultiDiscrete`, `MultiBinary`, or `Dict` / `Tuple` observation space
-      (nested; the same leaves): `batchrl.tools.nested.FlatObservation`, Gymnasium's
+      (nested; the same leaves): `batchrl.spaces.nested.FlatObservation`, Gymnasium's
       `FlattenObservation` (`Discrete` leaves one-hot) checked leaf by leaf and cast to
       float32; it declares a `FlatObservationSpace`, which tells the observation normalizer
       which elements come from `Box` leaves.
@@ -515,7 +515,7 @@ def standard_wrappers(env, max_episode_steps=None):
       `DtypeObservation(env, np.float32)`, so observations are float32 arrays of the
       observation space's shape; a bool `Box` (binary frames) becomes uint8 instead.
       Observations of a uint8 `Box` (images) stay uint8, a byte an element in the batch
-      and the memories (`batchrl.environments.in_graph.observation_dtype`).
+      and the memories (`batchrl.spaces.observation_dtype`).
 
     Args:
       env: a `gymnasium.Env`.

@@ -4,14 +4,14 @@ one-hot and binary elements) as uint8, a quarter of the bytes of float32, the ot
 they are.
 
 A `Box` observation of images is uint8 in the batch already and is stored as it is; this is
-for the flat float32 vectors of nested observations (`batchrl.tools.nested`), where an image
+for the flat float32 vectors of nested observations (`batchrl.spaces.nested`), where an image
 entry would otherwise take 4 bytes a pixel in the episode memory and the replay memory.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 BYTES_SUFFIX = "_bytes"
 

@@ -14,7 +14,7 @@ and returns `Networks(policy, value, distribution)`:
 - `distribution`: the class (or a `functools.partial` of one) that turns the policy's
   output into an action distribution (see `batchrl.networks.distributions`).
 
-Observations of a nested space arrive flattened (`batchrl.tools.nested`); a nested action
+Observations of a nested space arrive flattened (`batchrl.spaces.nested`); a nested action
 space needs `feed_forward_composite`.
 
 Both models are built (their weights exist) when returned. The models themselves are in
@@ -44,7 +44,7 @@ from batchrl.networks.policies import (
 )
 from batchrl.networks.spec import RECURRENT, check_layers
 from batchrl.networks.torso import RecurrentTorso, Torso
-from batchrl.tools import nested
+from batchrl.spaces import nested
 
 Networks = collections.namedtuple("Networks", "policy, value, distribution")
 
@@ -105,7 +105,7 @@ def feed_forward_composite(observation_space, action_space, config):
     (`CompositePolicy`, `batchrl.networks.distributions.Composite`): Gaussian for a `Box`
     leaf, categorical for a `Discrete` leaf and for each element of a `MultiDiscrete` leaf,
     Bernoulli for each bit of a `MultiBinary` leaf. For a one-dimensional `Box`, a nested
-    action space (`batchrl.tools.nested.FlatActionSpace`: `Dict` / `Tuple` of those leaves),
+    action space (`batchrl.spaces.nested.FlatActionSpace`: `Dict` / `Tuple` of those leaves),
     a `MultiDiscrete` or a `MultiBinary` space.
 
     Config keys: `policy_layers`, `value_layers`, `init_std` (of the Gaussian leaves),

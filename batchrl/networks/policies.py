@@ -138,7 +138,7 @@ class CategoricalPolicy(keras.Model):
       activation, orthogonal: of the hidden layers, as in `dense_layers`.
       hidden: a layer to use instead of the MLP, as in `GaussianPolicy`.
       action_mask: None, or `(offset, num_actions)`: the mask's elements in the flat
-        observation (`batchrl.tools.nested.FlatObservationSpace.action_mask`), 1 for the
+        observation (`batchrl.spaces.nested.FlatObservationSpace.action_mask`), 1 for the
         actions that may be taken.
     """
 

@@ -2,7 +2,7 @@
 TD3, a Q head per discrete action for DQN) and their actors.
 
 Observations arrive flattened, float32 `[batch, observation_size]` (nested observations as
-`batchrl.tools.nested` flattens them); continuous actions are float32 `[batch,
+`batchrl.spaces.nested` flattens them); continuous actions are float32 `[batch,
 action_size]` in [-1, 1] (the wrappers map a bounded `Box` onto it).
 """
 

@@ -145,7 +145,7 @@ class Torso(keras.layers.Layer):
 
     For a list of layers, the observation goes through `preprocessing` and the layers. For
     a mapping (`{leaves, merge, layers}`, a `Dict` or `Tuple` observation flattened as
-    `batchrl.tools.nested.FlatObservationSpace`; a `Tuple`'s entries named by their indices
+    `batchrl.spaces.nested.FlatObservationSpace`; a `Tuple`'s entries named by their indices
     from 0), each listed entry of the observation is
     cut out of the flat vector, given its own shape, and goes through its preprocessing
     (`preprocessing[KEY]`) and layers; the other entries stay flat; all are concatenated

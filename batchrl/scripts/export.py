@@ -97,7 +97,7 @@ def _environment(config, stack):
 def _environment_spaces(env):
     """The spaces of the environment `env` wraps (`environments.create`): a nested space as
     the environment declares it, the action space before the rescaling to [-1, 1]."""
-    from batchrl.tools import nested
+    from batchrl.spaces import nested
 
     observation_space = env.observation_space
     if isinstance(observation_space, nested.FlatObservationSpace):

@@ -1,5 +1,5 @@
-"""Small algorithm-agnostic utilities: graph helpers, streaming statistics, summaries,
-nested structures and the mock algorithm.
+"""Small algorithm-agnostic utilities: graph helpers, streaming statistics, summaries and
+the mock algorithm.
 
 DESIGN.md's first names stay reachable here: the environments' (`tools.BatchEnv`,
 `tools.InGraphBatchEnv`, `tools.MockEnvironment`, `tools.ExternalProcess`), which live in
@@ -9,8 +9,8 @@ TensorFlow. An exported name is the documented object on every access, also wher
 module has the same name (`tools.simulate` is the function).
 
 The modules that moved keep their old paths for a release (`batchrl._lazy.moved_modules`):
-`batchrl.tools.simulate`, `.loop`, `.numpy_function` and `.wrappers` import their new
-modules.
+`batchrl.tools.simulate`, `.loop`, `.numpy_function`, `.wrappers` and `.nested` import
+their new modules.
 """
 
 import importlib
@@ -34,6 +34,7 @@ __all__ = sorted(_EXPORTS)
 _lazy.keep_exports(__name__, _EXPORTS)
 _lazy.moved_modules({
     "batchrl.tools.loop": "batchrl.drivers.loop",
+    "batchrl.tools.nested": "batchrl.spaces.nested",
     "batchrl.tools.numpy_function": "batchrl.environments.numpy_function",
     "batchrl.tools.simulate": "batchrl.drivers.simulate",
     "batchrl.tools.wrappers": "batchrl.environments.wrappers",

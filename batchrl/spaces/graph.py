@@ -2,10 +2,10 @@
 the graph (shared by `batchrl.Agent` and the exported SavedModel).
 
 A policy sees a `Box` observation as it is (cast to float32) and any other observation
-space flattened (`batchrl.tools.nested.FlatObservationSpace`: `Discrete` leaves one-hot,
+space flattened (`batchrl.spaces.nested.FlatObservationSpace`: `Discrete` leaves one-hot,
 exactly as `gymnasium.spaces.flatten`). It acts in [-1, 1] for a `Box` with finite bounds,
 with indices from 0 for `Discrete` (`value - start`), and with one flat float32 vector for
-any other action space (`batchrl.tools.nested.FlatActionSpace`). These functions are the
+any other action space (`batchrl.spaces.nested.FlatActionSpace`). These functions are the
 graph versions of what `batchrl.environments.wrappers.standard_wrappers` does to the
 environments of `train`.
 """
@@ -14,8 +14,16 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from batchrl.environments.in_graph import observation_dtype
-from batchrl.tools import nested
+from batchrl.spaces import nested
+
+
+def observation_dtype(observation_space):
+    """The dtype in which a batch holds observations of the `Box` `observation_space`:
+    uint8 for a uint8 or bool `Box` (images and binary frames stay a byte an element, in the
+    batch and in the memories; the networks convert them), float32 for any other."""
+    if np.dtype(observation_space.dtype) in (np.uint8, np.bool_):
+        return tf.uint8
+    return tf.float32
 
 
 def policy_observation_space(space):
