@@ -8,17 +8,18 @@ arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step 
 import types
 
 import gymnasium as gym
-import keras
 import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
+from batchrl.algorithms.base import Algorithm, checked, observation_filter
 from batchrl.memories.replay import ReplayMemory
 from batchrl.memories.samplers import annealed_beta
 from batchrl.optimizers import base as optimizers_base
 from batchrl.tools import nested
 from batchrl.tools.graph import after
-from batchrl.tools.streaming import StreamingNormalize
+
+TD_ERROR = "td_error"  # The entry of `update`'s result that sets priorities.
 
 
 def polyak(target, online, rate):
@@ -80,9 +81,10 @@ def networks(**models):
     return types.SimpleNamespace(**models)
 
 
-class OffPolicyAlgorithm:
+class OffPolicyAlgorithm(Algorithm):
     """The `begin_episodes / perform / experience / end_episodes` of an algorithm that
-    learns from a replay memory; a subclass adds its networks and the update.
+    learns from a replay memory; a subclass adds its networks and the update
+    (`_update_step`).
 
     `perform` acts with the subclass's policy (`_explore_action` while training, with the
     config's `exploration` on top; `_greedy_action` otherwise). While `is_training` is
@@ -91,8 +93,11 @@ class OffPolicyAlgorithm:
     holds `learning_starts` transitions, runs `updates_per_step` updates per agent stepped
     (a fractional ratio carries its remainder to the next step) on sampled batches of
     `batch_size`, inside the same graph call (`_update`, compiled with XLA when
-    `jit_update`). `end_episodes` has nothing to do: transitions are stored as they come;
-    `begin_episodes` stores those of an episode cut short (truncated).
+    `jit_update`): each calls `update(batch)` on a batch sampled from the replay memory
+    and, with prioritized replay, sets the sampled transitions' priorities from the
+    `td_error` (`TD_ERROR`) entry of its result. `end_episodes` has nothing to do:
+    transitions are stored as they come; `begin_episodes` stores those of an episode cut
+    short (truncated).
 
     Observations are normalized with running statistics when `normalize_observ` (stored
     raw, normalized when acting and when sampled); rewards are used as they are. With
@@ -139,10 +144,7 @@ class OffPolicyAlgorithm:
     state_size = 0  # Feed-forward policies only.
 
     def __init__(self, batch_env, step, is_training, should_log, config):
-        self._batch_env = batch_env
-        self._step = step
-        self._is_training = is_training
-        self._should_log = should_log
+        super().__init__(batch_env, step, is_training, should_log, config)
         defaults = {"target_update_rate": self.default_target_update_rate,
                     "target_update_every": self.default_target_update_every}
         config = self._config = type(config)(config, **{
@@ -160,13 +162,8 @@ class OffPolicyAlgorithm:
         if not self.discrete_actions:
             check_box_actions(self.name, batch_env.action_space)
         self._batch_size = int(config.batch_size or self.default_batch_size)
-        self._observ_filter = StreamingNormalize(
-            self._observ_shape, center=config.normalize_observ,
-            scale=config.normalize_observ,
-            clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space,
-                                            config.get("normalize_keys")),
-            name="normalize_observ")
+        self._observ_filter = observation_filter(
+            batch_env.observation_space, self._observ_shape, config)
         self._random = tf.random.Generator.from_seed(config.seed)
         spec = config.exploration if config.exploration is not None else (
             self.default_exploration)
@@ -188,8 +185,7 @@ class OffPolicyAlgorithm:
             self._logged_at = tf.Variable(
                 tf.constant(-(2 ** 62), tf.int64), trainable=False, name="logged_at")
         self._networks = self._build_networks(batch_env, config)
-        jit = bool(config.jit_update)
-        self._update = tf.function(self._update_many, jit_compile=jit, autograph=False)
+        self._update = self._compile(self._update_many)
 
     # --- What a subclass provides. ---
 
@@ -213,9 +209,9 @@ class OffPolicyAlgorithm:
         return self._greedy_action(observ)
 
     def _update_step(self, batch):
-        """One gradient update on a sampled batch (dict of `ReplayMemory.sample` with
-        normalized float32 `observ` and `nextob`); returns `(diagnostics, td_error)`:
-        a dict of float32 scalars and float32 `[batch_size]` for the priorities."""
+        """One gradient update on a batch (dict of `update`'s keys, with normalized
+        float32 `observ` and `nextob`); returns `(diagnostics, td_error)`: a dict of
+        float32 scalars and float32 `[batch_size]` for the priorities."""
         raise NotImplementedError
 
     @property
@@ -241,10 +237,6 @@ class OffPolicyAlgorithm:
         (`batchrl.Agent.save`): the replay memory (`replay`) and the exploration's noise
         state."""
         return {"exploration": self._exploration, "replay": self._memory}
-
-    @property
-    def networks(self):
-        return self._networks
 
     @property
     def updates(self):
@@ -296,21 +288,16 @@ class OffPolicyAlgorithm:
                 return self._exploration(agent_indices, action, self._step, self._random,
                                          **self._exploration_kwargs(normalized))
 
-            action = tf.cond(tf.convert_to_tensor(self._is_training), explore,
-                             lambda: self._greedy_action(normalized))
-            if action.dtype.is_floating:
-                action = tf.debugging.check_numerics(action, "non-finite action")
-            return action
+            return checked(self._if_training(
+                explore, lambda: self._greedy_action(normalized)))
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Stores the transitions of the given agents while training, then runs the
         updates they are owed (see the class docstring). Shapes as `perform`'s; reward
         float32 `[n]`, done bool `[n]`, nextob the observation after the step (the final
         one when the episode ended)."""
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._record(agent_indices, observ, action, reward, done, nextob),
-            lambda: tf.constant(False))
+        return self._while_training(
+            self._record, agent_indices, observ, action, reward, done, nextob)
 
     def end_episodes(self, agent_indices):
         """Nothing to do: transitions are stored by `experience`."""
@@ -374,14 +361,15 @@ class OffPolicyAlgorithm:
             due = tf.logical_and(
                 tf.convert_to_tensor(self._should_log),
                 self._step >= self._logged_at + int(self._config.log_every))
-            with tf.summary.record_if(due), tf.name_scope(self.name + "/"):
-                summaries = [tf.summary.scalar(name, value)
-                             for name, value in diagnostics.items()]
-                summaries.append(tf.summary.scalar(
-                    "replay_size", tf.cast(self._memory.size, tf.float32)))
+
+            def replay():
+                written = [tf.summary.scalar(
+                    "replay_size", tf.cast(self._memory.size, tf.float32))]
                 if self._memory.prioritized:
-                    summaries.append(tf.summary.scalar("beta", self._beta()))
-                self._observ_filter.summary()
+                    written.append(tf.summary.scalar("beta", self._beta()))
+                return written
+
+            summaries = self._write_summaries(diagnostics, due, replay, (self._observ_filter,))
             with tf.control_dependencies(summaries):
                 logged = self._logged_at.assign(tf.where(due, self._step, self._logged_at))
             return after([logged], True)
@@ -398,15 +386,39 @@ class OffPolicyAlgorithm:
             lambda index, _: index < count, body, (tf.constant(1), first))
         return diagnostics
 
-    def _sampled_update(self):
-        beta = self._beta() if self._memory.prioritized else None
-        batch = self._memory.sample(self._batch_size, beta=beta)
+    def update(self, batch):
+        """One gradient update (the subclass's `_update_step`), counted in `updates`.
+
+        Args:
+          batch: dict of `ReplayMemory.sample`'s keys without `index`: `observ` and
+            `nextob` raw `[batch_size, *observation_shape]` (normalized here), `action`
+            `[batch_size, *action_shape]`, `reward` and `discount` float32 `[batch_size]`
+            (the n-step return and the discount of the bootstrap, 0 after a termination),
+            `weight` float32 `[batch_size]` (importance weights; ones without priorities).
+
+        Returns:
+          dict of float32 scalars (the diagnostics the subclass documents) and `td_error`
+          (`TD_ERROR`), float32 `[batch_size]`, the absolute TD errors that prioritized
+          replay sets the priorities from.
+        """
         batch = dict(batch, observ=self._normalized(batch["observ"]),
                      nextob=self._normalized(batch["nextob"]))
         diagnostics, td_error = self._update_step(batch)
-        done = [self._updates.assign_add(1)]
-        if self._memory.prioritized:
-            done.append(self._memory.update_priorities(batch["index"], td_error))
+        counted = [self._updates.assign_add(1)]
+        return dict({key: after(counted, value) for key, value in diagnostics.items()},
+                    **{TD_ERROR: td_error})
+
+    def _sampled_update(self):
+        """`update` on a batch sampled from the replay memory; with prioritized replay,
+        the sampled transitions' priorities set from its `td_error`. Returns the
+        diagnostics."""
+        beta = self._beta() if self._memory.prioritized else None
+        batch = self._memory.sample(self._batch_size, beta=beta)
+        diagnostics = self.update(batch)
+        td_error = diagnostics.pop(TD_ERROR)
+        if not self._memory.prioritized:
+            return diagnostics
+        done = [self._memory.update_priorities(batch["index"], td_error)]
         return {key: after(done, value) for key, value in diagnostics.items()}
 
     def _beta(self):
@@ -432,9 +444,6 @@ class OffPolicyAlgorithm:
         due = tf.equal((self._updates + 1) % int(config.target_update_every), 0)
         return tf.cond(due, update, lambda: tf.constant(False))
 
-    @staticmethod
-    def _adam(learning_rate):
-        return keras.optimizers.Adam(float(learning_rate))
 
 
 def _storage_dtype(space, default):

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy
 from batchrl.networks import q_networks
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -88,9 +89,9 @@ class SAC(off_policy.OffPolicyAlgorithm):
         with tf.name_scope(self.name):
             self._log_alpha = tf.Variable(
                 math.log(config.init_temperature), trainable=False, name="log_temperature")
-        self._actor_optimizer = self._adam(config.policy_lr)
-        self._critic_optimizer = self._adam(config.value_lr)
-        self._alpha_optimizer = self._adam(config.policy_lr)
+        self._actor_optimizer = adam(config.policy_lr)
+        self._critic_optimizer = adam(config.value_lr)
+        self._alpha_optimizer = adam(config.policy_lr)
         self._actor_optimizer.build(actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
         self._alpha_optimizer.build([self._log_alpha])

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy
 from batchrl.networks import q_networks
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -82,8 +83,8 @@ class TD3(off_policy.OffPolicyAlgorithm):
         self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
         with tf.name_scope(self.name):
             self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
-        self._actor_optimizer = self._adam(config.policy_lr)
-        self._critic_optimizer = self._adam(config.value_lr)
+        self._actor_optimizer = adam(config.policy_lr)
+        self._critic_optimizer = adam(config.value_lr)
         self._actor_optimizer.build(self._actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
         return off_policy.networks(policy=self._actor, critic=self._critic)
