@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms import off_policy
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
 from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
@@ -96,7 +97,7 @@ class DQN(off_policy.OffPolicyAlgorithm):
         self._target_q = off_policy.target_of(self._q, q, observ)
         self._optimizer = adam(config.value_lr)
         self._optimizer.build(self._q.trainable_variables)
-        return off_policy.networks(policy=self._q)
+        return Networks(policy=self._q)
 
     @property
     def _trackables(self):

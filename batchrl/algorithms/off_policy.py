@@ -5,8 +5,6 @@ Mnih et al. 2015 (experience replay, target networks); Schaul et al. 2016,
 arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step returns).
 """
 
-import types
-
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
@@ -73,12 +71,6 @@ def check_box_actions(name, space):
         else:
             continue
         raise ValueError(f"{name} needs Box actions with finite bounds; {problem}")
-
-
-def networks(**models):
-    """The `networks` of an off-policy algorithm: a namespace of its models (`policy` is
-    the one `export` saves)."""
-    return types.SimpleNamespace(**models)
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -190,8 +182,8 @@ class OffPolicyAlgorithm(Algorithm):
     # --- What a subclass provides. ---
 
     def _build_networks(self, batch_env, config):
-        """Builds the networks, targets and optimizers; returns `networks(policy=...)`
-        (`policy`: the model `export` saves)."""
+        """Builds the networks, targets and optimizers; returns their
+        `batchrl.networks.Networks` (`policy`: the model `export` saves; `critic`)."""
         raise NotImplementedError
 
     def _greedy_action(self, observ):

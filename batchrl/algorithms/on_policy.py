@@ -12,6 +12,7 @@ from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.base import Algorithm, checked, observation_filter
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
+from batchrl.networks.constructors import Networks
 from batchrl.tools import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -104,8 +105,9 @@ class OnPolicyAlgorithm(Algorithm):
         self._raw_observ = not (config.normalize_observ or batch_env.observ.dtype.is_floating)
         stored_dtype = batch_env.observ.dtype if self._raw_observ else tf.float32
         action_shape = tuple(batch_env.action.shape[1:])
-        self._networks = config.network(
-            batch_env.observation_space, batch_env.action_space, config)
+        networks = config.network(batch_env.observation_space, batch_env.action_space, config)
+        # One type for both families, whatever a user's constructor returns.
+        self._networks = Networks(networks.policy, networks.value, networks.distribution)
         self._distribution = self._networks.distribution
         normalized = nested.normalized_elements(batch_env.observation_space,
                                                 config.get("normalize_keys"))

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
 from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
@@ -95,7 +96,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
         self._actor_optimizer.build(actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
         self._alpha_optimizer.build([self._log_alpha])
-        return off_policy.networks(policy=actor, critic=self._critic)
+        return Networks(policy=actor, critic=self._critic)
 
     @property
     def _trackables(self):

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
 from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
@@ -87,7 +88,7 @@ class TD3(off_policy.OffPolicyAlgorithm):
         self._critic_optimizer = adam(config.value_lr)
         self._actor_optimizer.build(self._actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
-        return off_policy.networks(policy=self._actor, critic=self._critic)
+        return Networks(policy=self._actor, critic=self._critic)
 
     @property
     def _trackables(self):
