@@ -10,6 +10,7 @@ from batchrl import _lazy
 
 _EXPORTS = {
     "A2C": "batchrl.algorithms.a2c",
+    "Actor": "batchrl.algorithms.actor",
     "Algorithm": "batchrl.algorithms.base",
     "DQN": "batchrl.algorithms.dqn",
     "FunctionalAlgorithm": "batchrl.algorithms.builder",

@@ -116,6 +116,13 @@ class Algorithm(abc.ABC):
     def state_size(self):
         """int, the size of the policy's recurrent state (0 for a feed-forward policy)."""
 
+    @property
+    def actor(self):
+        """The acting half (`batchrl.algorithms.actor.Actor`) that `perform` and
+        `policy_action` act through: its policy, observation filter and exploration, whose
+        weights `get_weights` / `set_weights` read and write. A subclass sets `_acting`."""
+        return self._acting
+
     # --- What both families do the same way. ---
 
     def _if_training(self, train_fn, else_fn):

@@ -9,8 +9,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms.base import Algorithm, checked, observation_filter
+from batchrl.algorithms.base import Algorithm, checked
 from batchrl.memories.replay import ReplayMemory
 from batchrl.memories.samplers import annealed_beta
 from batchrl.optimizers import base as optimizers_base
@@ -78,8 +77,8 @@ class OffPolicyAlgorithm(Algorithm):
     learns from a replay memory; a subclass adds its networks and the update
     (`_update_step`).
 
-    `perform` acts with the subclass's policy (`_explore_action` while training, with the
-    config's `exploration` on top; `_greedy_action` otherwise). While `is_training` is
+    `perform` acts through the subclass's `actor_class` (its `explore` action while
+    training, with the config's `exploration` on top; `greedy` otherwise). While `is_training` is
     true, `experience` stores the batch step's transitions in the `ReplayMemory` (n-step
     returns that stop at terminations and bootstrap at truncations) and, once the memory
     holds `learning_starts` transitions, runs `updates_per_step` updates per agent stepped
@@ -106,7 +105,8 @@ class OffPolicyAlgorithm(Algorithm):
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
         `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
         epsilon}`), `save_replay` (read by the train command: `checkpoint_state`),
-        `exploration` (None: the subclass's `default_exploration`), `target_update_rate`
+        `exploration` (None: the `default_exploration` of the subclass's `actor_class`),
+        `target_update_rate`
         and `target_update_every` (None: the subclass's `default_target_update_rate` and
         `default_target_update_every`), `policy_lr`, `value_lr`, `max_gradient_norm`,
         `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`,
@@ -123,7 +123,9 @@ class OffPolicyAlgorithm(Algorithm):
     name = "off_policy"
     discrete_actions = False  # Whether the algorithm acts with Discrete or with Box actions.
     default_batch_size = 256
-    default_exploration = None
+    # The acting half (`batchrl.algorithms.actor.OffPolicyActor`): policy model, observation
+    # filter, exploration; `perform` and `policy_action` act through it (`actor`).
+    actor_class = None
     # Polyak averaging every update at rate 0.005 (Fujimoto et al. 2018, sec. 6.1; Haarnoja
     # et al. 2018, arXiv:1812.05905, table 1).
     default_target_update_rate = 0.005
@@ -154,15 +156,13 @@ class OffPolicyAlgorithm(Algorithm):
         if not self.discrete_actions:
             check_box_actions(self.name, batch_env.action_space)
         self._batch_size = int(config.batch_size or self.default_batch_size)
-        self._observ_filter = observation_filter(
-            batch_env.observation_space, self._observ_shape, config)
         self._random = tf.random.Generator.from_seed(config.seed)
-        spec = config.exploration if config.exploration is not None else (
-            self.default_exploration)
-        space = batch_env.action_space
-        self._exploration = exploration_lib.Exploration(
-            exploration_lib.parse(spec, self._discrete), self._num_agents, self._action_shape,
-            int(space.n) if self._discrete else None)
+        self._acting = self.actor_class(
+            batch_env.observation_space, batch_env.action_space, config, self._random, step,
+            self._observ_shape, batch_env.observ.dtype, self._num_agents, self._action_shape,
+            defer_policy=True)
+        self._observ_filter = self._acting.observ_filter
+        self._exploration = self._acting.exploration
         observ_dtype = _storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
         self._memory = ReplayMemory(
             (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
@@ -182,23 +182,10 @@ class OffPolicyAlgorithm(Algorithm):
     # --- What a subclass provides. ---
 
     def _build_networks(self, batch_env, config):
-        """Builds the networks, targets and optimizers; returns their
+        """Builds the networks (the policy with `self._acting.build_policy()`), targets
+        and optimizers; returns their
         `batchrl.networks.Networks` (`policy`: the model `export` saves; `critic`)."""
         raise NotImplementedError
-
-    def _greedy_action(self, observ):
-        """The deterministic action for normalized observations `[n, ...]`."""
-        raise NotImplementedError
-
-    def _explore_action(self, observ):
-        """The training action before `exploration`, for normalized observations."""
-        raise NotImplementedError
-
-    def _sampled_action(self, observ, generator):
-        """The `sample` signature's action of an exported model (draws with `generator`,
-        which has `normal` and `uniform`); default: the greedy action."""
-        del generator
-        return self._greedy_action(observ)
 
     def _update_step(self, batch):
         """One gradient update on a batch (dict of `update`'s keys, with normalized
@@ -246,13 +233,8 @@ class OffPolicyAlgorithm(Algorithm):
         action. Returns `(action, state)` (the state, `[n, 0]`, passes through)."""
         normalized = self._observ_filter.transform(observ)
         if generator is None:
-            return self._greedy_action(normalized), state
-        return self._sampled_action(normalized, generator), state
-
-    def _exploration_kwargs(self, observ):
-        """Keyword arguments of the exploration for these (normalized) observations: none
-        here; DQN passes the actions an observation's mask allows."""
-        return {}
+            return self._acting.greedy(normalized), state
+        return self._acting.sampled(normalized, generator), state
 
     def begin_episodes(self, agent_indices):
         """Zeroes the given agents' exploration noise (int32 `[n]`) and stores the steps
@@ -273,15 +255,8 @@ class OffPolicyAlgorithm(Algorithm):
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
         with tf.name_scope("perform"):
-            normalized = self._observ_filter.transform(observ)
-
-            def explore():
-                action = self._explore_action(normalized)
-                return self._exploration(agent_indices, action, self._step, self._random,
-                                         **self._exploration_kwargs(normalized))
-
-            return checked(self._if_training(
-                explore, lambda: self._greedy_action(normalized)))
+            action, _ = self._acting.act(observ, None, self._is_training, agent_indices)
+            return checked(action)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Stores the transitions of the given agents while training, then runs the

@@ -9,10 +9,10 @@ graph); Heess et al., arXiv:1707.02286 (streaming normalization).
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
-from batchrl.algorithms.base import Algorithm, checked, observation_filter
+from batchrl.algorithms.actor import OnPolicyActor
+from batchrl.algorithms.base import Algorithm, checked
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
-from batchrl.networks.constructors import Networks
 from batchrl.tools import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -100,19 +100,21 @@ class OnPolicyAlgorithm(Algorithm):
         super().__init__(batch_env, step, is_training, should_log, config)
         num_agents = len(batch_env)
         observ_shape = tuple(batch_env.observ.shape[1:])
+        action_shape = tuple(batch_env.action.shape[1:])
+        self._random = tf.random.Generator.from_seed(config.seed)
+        # The acting half: the networks, the observation filter, sampling.
+        self._acting = OnPolicyActor(
+            batch_env.observation_space, batch_env.action_space, config, self._random, step,
+            observ_shape, batch_env.observ.dtype)
+        self._networks = self._acting.networks
+        self._distribution = self._networks.distribution
+        self._observ_filter = self._acting.observ_filter
         # Observations that are not floats (images, binary frames) and not normalized are
         # stored in their own dtype; the networks convert them.
-        self._raw_observ = not (config.normalize_observ or batch_env.observ.dtype.is_floating)
+        self._raw_observ = self._acting.raw_observ
         stored_dtype = batch_env.observ.dtype if self._raw_observ else tf.float32
-        action_shape = tuple(batch_env.action.shape[1:])
-        networks = config.network(batch_env.observation_space, batch_env.action_space, config)
-        # One type for both families, whatever a user's constructor returns.
-        self._networks = Networks(networks.policy, networks.value, networks.distribution)
-        self._distribution = self._networks.distribution
         normalized = nested.normalized_elements(batch_env.observation_space,
                                                 config.get("normalize_keys"))
-        self._observ_filter = observation_filter(
-            batch_env.observation_space, observ_shape, config)
         # The memories keep the byte elements of a nested observation (its images) as uint8,
         # where the normalizer leaves them as they are.
         self._observ_storage = ObservationStorage.for_space(
@@ -187,7 +189,6 @@ class OnPolicyAlgorithm(Algorithm):
             # return); rebuilt by playing, like the episodes in progress.
             self._return = tf.Variable(
                 tf.zeros([num_agents]), trainable=False, name="discounted_return")
-        self._random = tf.random.Generator.from_seed(config.seed)
         self._policy_optimizer = self._value_optimizer = None  # Set by `_build_optimizers`.
         # With `jit_update`, XLA compiles the update's many small ops (minibatch steps of
         # small networks) into a few kernels.
@@ -252,16 +253,14 @@ class OnPolicyAlgorithm(Algorithm):
         Returns:
           `(action, state)`: `[n, *action_shape]` and the next recurrent states.
         """
-        normalized = self._normalized(observ)
-        params, state = self._networks.policy(normalized[:, None], state)
-        distribution = self._distribution({key: value[:, 0] for key, value in params.items()})
-        action = distribution.mode() if generator is None else distribution.sample(generator)
+        action, state, _ = self._acting.step_policy(
+            observ, state, generator is not None, generator)
         return action, state
 
     def _normalized(self, observ):
-        """Observations as the networks and the memory take them: normalized float32
-        (`_observ_filter`), or raw observations in their own dtype (`_raw_observ`)."""
-        return observ if self._raw_observ else self._observ_filter.transform(observ)
+        """Observations as the networks and the memory take them
+        (`OnPolicyActor.normalized`)."""
+        return self._acting.normalized(observ)
 
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents
@@ -292,13 +291,10 @@ class OnPolicyAlgorithm(Algorithm):
         """
         with tf.name_scope("perform"):
             agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._normalized(observ)
             state = tf.gather(self._state, agent_indices)
-            params, new_state = self._networks.policy(normalized[:, None], state)
-            params = {key: value[:, 0] for key, value in params.items()}
-            distribution = self._distribution(params)
-            action = checked(self._if_training(
-                lambda: distribution.sample(self._random), distribution.mode))
+            action, new_state, params = self._acting.step_policy(
+                observ, state, self._is_training)
+            action = checked(action)
             rows = agent_indices[:, None]
             stored = [self._last_params[key].scatter_nd_update(rows, params[key])
                       for key in self._param_shapes]
