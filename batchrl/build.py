@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl import configs, environments
 from batchrl.algorithms.a2c import A2C
+from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.dqn import DQN
 from batchrl.algorithms.off_policy import OffPolicyAlgorithm
@@ -26,6 +27,7 @@ Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
 # The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
 ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "sac": SAC, "td3": TD3, "dqn": DQN}
+# What `simulate` calls: a class that is not an `Algorithm` but has these is accepted.
 _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 
 
@@ -38,6 +40,11 @@ def algorithm_class(config):
     as a key that no algorithm reads would be unknown: e.g. `update_epochs` or
     `kl_reference` for trpo, `optimizer` for ppo. A class without `config_keys` is not
     checked.
+
+    A `module:NAME` algorithm is a subclass of `batchrl.algorithms.base.Algorithm`, or,
+    for algorithms written before that class, any class with the methods
+    `begin_episodes`, `perform`, `experience` and `end_episodes` (duck typing: still
+    accepted).
 
     Raises:
       ConfigError: a `module:NAME` that cannot be imported or is not an algorithm class; a
@@ -55,8 +62,8 @@ def algorithm_class(config):
             raise configs.ConfigError(f"config key 'algorithm': cannot import module "
                                       f"{module_name!r} ({error})") from None
         algorithm = getattr(module, attribute, None)
-        if not isinstance(algorithm, type) or not all(
-                hasattr(algorithm, method) for method in _METHODS):
+        if not isinstance(algorithm, type) or not (issubclass(algorithm, Algorithm) or all(
+                hasattr(algorithm, method) for method in _METHODS)):
             raise configs.ConfigError(
                 f"config key 'algorithm': {name} is not an algorithm class (one with "
                 f"{', '.join(_METHODS)}, e.g. made by build_algorithm)")

@@ -1,4 +1,5 @@
-"""Learning algorithms that plug into `batchrl.drivers.simulate`: BatchPPO, TRPO, A2C,
+"""Learning algorithms that plug into `batchrl.drivers.simulate` (subclasses of `Algorithm`,
+the contract in code): BatchPPO, TRPO, A2C,
 `build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
 TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
 
@@ -9,6 +10,8 @@ from batchrl import _lazy
 
 _EXPORTS = {
     "A2C": "batchrl.algorithms.a2c",
+    "Actor": "batchrl.algorithms.actor",
+    "Algorithm": "batchrl.algorithms.base",
     "DQN": "batchrl.algorithms.dqn",
     "FunctionalAlgorithm": "batchrl.algorithms.builder",
     "OffPolicyAlgorithm": "batchrl.algorithms.off_policy",

@@ -50,12 +50,15 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
                 if parameter.kind is parameter.KEYWORD_ONLY
                 and parameter.default is parameter.empty}
 
-    def _update_step(self):
-        """Builds the batch, postprocesses it, takes the policy optimizer's step and then the
-        value optimizer's, and empties the memory; returns the diagnostics (`policy/...`,
-        `value/...`, `kl`, `entropy`, `mean_return`), `mask` and, when postprocessing adds
-        it, `advantage`."""
-        batch = self._batch()
+    def update(self, batch):
+        """One update on a batch of `_memory_batch`'s keys (those `build_algorithm`
+        documents but `old_policy_<param>`, added here): postprocesses it, takes the policy
+        optimizer's step and then the value optimizer's; returns the diagnostics
+        (`policy/...`, `value/...`, `kl`, `entropy`, `mean_return`), `mask` and, when
+        postprocessing adds it, `advantage`."""
+        batch = dict(batch)
+        for key, value in self._replay(batch["observ"]).items():
+            batch["old_policy_" + key] = value
         if "postprocess_fn" in self._functions:
             batch = self._functions["postprocess_fn"](batch)
         batch = {key: tf.stop_gradient(value) for key, value in batch.items()}
@@ -82,22 +85,20 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
         metrics["mask"] = batch["mask"]
         if "advantage" in batch:
             metrics["advantage"] = batch["advantage"]
-        return self._finish_update(metrics)
+        return metrics
 
-    def _batch(self):
-        """The start of the update (`_begin_update`: the learning rates scheduled, the
-        memory read) and the memory as the batch that `build_algorithm` documents: that of
-        `_memory_batch` with `done`, `terminated`, `initial_state` and `old_policy_<param>`
+    def _memory_batch(self):
+        """The memory as the batch that `build_algorithm` documents, but
+        `old_policy_<param>` (`update` adds it): that of
+        `OnPolicyAlgorithm._memory_batch` with `done`, `terminated` and `initial_state`
         (and without a recurrent policy's `state`)."""
-        batch = self._begin_update()
+        batch = super()._memory_batch()
         batch.pop("state", None)  # Episodes are replayed from their start.
         length = batch["length"]
         last = tf.equal(tf.range(self._memory_length)[None, :], length[:, None] - 1)
         batch.update(
             done=last, terminated=tf.logical_and(last, self._memory_terminated[:, None]),
             initial_state=tf.zeros([self._config.update_every, self._state_size]))
-        for key, value in self._replay(batch["observ"]).items():
-            batch["old_policy_" + key] = value
         return batch
 
 

@@ -10,7 +10,10 @@ import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms import off_policy
+from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -35,6 +38,69 @@ def double_q_target(reward, discount, next_online_q, next_target_q, double=True)
     else:
         value = tf.reduce_max(next_target_q, -1)
     return reward + discount * value
+
+
+class DQNActor(OffPolicyActor):
+    """DQN's acting half: the Q network (`value_layers`, or a torso of the config's declared
+    layers; a dueling head with `dueling`), greedy in Q (never choosing an action the
+    observation's `action_mask` forbids), epsilon-greedy while exploring (`exploration`,
+    default epsilon decaying from 1 to 0.05 over 10,000 steps).
+
+    Raises:
+      ValueError: the observation's `action_mask` has another size than the actions.
+    """
+
+    default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
+                           "steps": 10000}
+    discrete = True
+
+    def __init__(self, observation_space, action_space, config, *args, **kwargs):
+        self.count = int(action_space.n)
+        self._mask = getattr(observation_space, "action_mask", None)
+        if self._mask is not None and self._mask[1] != self.count:
+            raise ValueError(f"the observation's action_mask has {self._mask[1]} elements, "
+                             f"the Discrete action space {self.count} actions")
+        super().__init__(observation_space, action_space, config, *args, **kwargs)
+
+    def make_policy(self):
+        config = self._config
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        hidden = torso(self.observation_space) if torso is not None else None
+        return q_networks.QNetwork(self.count, config.value_layers, config.activation,
+                                   bool(config.dueling), hidden=hidden)
+
+    def allowed(self, observ):
+        """bool `[batch, num_actions]`, the actions the observations' `action_mask` allows
+        (observations `[batch, n]`, flat); None without a mask."""
+        if self._mask is None:
+            return None
+        offset, size = self._mask
+        return observ[..., offset:offset + size] > 0.5
+
+    def masked_q(self, observ, q=None):
+        """Q(s, .) of the Q network (or the given `q` values), -1e9 for the actions the
+        observation's mask forbids: never the greedy action, never a target's maximum."""
+        q = self.policy(observ) if q is None else q
+        allowed = self.allowed(observ)
+        return q if allowed is None else tf.where(allowed, q, -1e9)
+
+    def greedy(self, observ):
+        return tf.argmax(self.masked_q(observ), -1, output_type=tf.int32)
+
+    def exploration_kwargs(self, observ):
+        return {"allowed": self.allowed(observ)}
+
+    def sampled(self, observ, generator):
+        greedy = self.greedy(observ)
+        count = tf.shape(greedy)
+        final = self.exploration.spec.get("final", 0.0)
+        allowed = self.allowed(observ)
+        if allowed is None:
+            random = tf.cast(tf.floor(generator.uniform(count) * self.count), tf.int32)
+            random = tf.minimum(random, self.count - 1)
+        else:
+            random = exploration_lib.uniform_allowed(allowed, generator)
+        return tf.where(generator.uniform(count) < final, random, greedy)
 
 
 class DQN(off_policy.OffPolicyAlgorithm):
@@ -67,83 +133,33 @@ class DQN(off_policy.OffPolicyAlgorithm):
     """
 
     name = "dqn"
+    actor_class = DQNActor
     discrete_actions = True
     default_batch_size = 64
-    default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
-                           "steps": 10000}
     default_target_update_rate = 1.0  # A copy, as in Mnih et al. 2015.
     default_target_update_every = 10000
     config_keys = (off_policy.OffPolicyAlgorithm.config_keys - {"policy_lr"}) | {
         "double_q", "dueling", "network", "orthogonal_init"}
 
     def _build_networks(self, batch_env, config):
-        self._count = int(batch_env.action_space.n)
-        self._mask = getattr(batch_env.observation_space, "action_mask", None)
-        if self._mask is not None and self._mask[1] != self._count:
-            raise ValueError(f"the observation's action_mask has {self._mask[1]} elements, "
-                             f"the Discrete action space {self._count} actions")
         observ = tf.zeros((1,) + self._observ_shape)
-
-        torso = config.get("torso")  # Declared layers (`build` makes the factory).
-
-        def q():
-            hidden = torso(batch_env.observation_space) if torso is not None else None
-            return q_networks.QNetwork(self._count, config.value_layers, config.activation,
-                                       bool(config.dueling), hidden=hidden)
-
-        self._q = q()
-        self._target_q = off_policy.target_of(self._q, q, observ)
-        self._optimizer = self._adam(config.value_lr)
+        self._q = self._acting.build_policy()
+        self._target_q = off_policy.target_of(self._q, self._acting.make_policy, observ)
+        self._optimizer = adam(config.value_lr)
         self._optimizer.build(self._q.trainable_variables)
-        return off_policy.networks(policy=self._q)
+        return Networks(policy=self._q)
 
     @property
     def _trackables(self):
         return {"policy": self._q, "target_policy": self._target_q,
                 "policy_optimizer": self._optimizer}
 
-    def _allowed(self, observ):
-        """bool `[batch, num_actions]`, the actions the observations' `action_mask` allows
-        (observations `[batch, n]`, flat); None without a mask."""
-        if self._mask is None:
-            return None
-        offset, size = self._mask
-        return observ[..., offset:offset + size] > 0.5
-
-    def _masked_q(self, observ, q=None):
-        """Q(s, .) of `self._q` (or the given `q` values), -1e9 for the actions the
-        observation's mask forbids: never the greedy action, never a target's maximum."""
-        q = self._q(observ) if q is None else q
-        allowed = self._allowed(observ)
-        return q if allowed is None else tf.where(allowed, q, -1e9)
-
-    def _greedy_action(self, observ):
-        return tf.argmax(self._masked_q(observ), -1, output_type=tf.int32)
-
-    def _explore_action(self, observ):
-        return self._greedy_action(observ)
-
-    def _exploration_kwargs(self, observ):
-        return {"allowed": self._allowed(observ)}
-
-    def _sampled_action(self, observ, generator):
-        greedy = self._greedy_action(observ)
-        count = tf.shape(greedy)
-        final = self._exploration.spec.get("final", 0.0)
-        allowed = self._allowed(observ)
-        if allowed is None:
-            random = tf.cast(tf.floor(generator.uniform(count) * self._count), tf.int32)
-            random = tf.minimum(random, self._count - 1)
-        else:
-            random = exploration_lib.uniform_allowed(allowed, generator)
-        return tf.where(generator.uniform(count) < final, random, greedy)
-
     def _update_step(self, batch):
         config = self._config
         nextob = batch["nextob"]
         target = tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], self._masked_q(nextob),
-            self._masked_q(nextob, self._target_q(nextob)), bool(config.double_q)))
+            batch["reward"], batch["discount"], self._acting.masked_q(nextob),
+            self._acting.masked_q(nextob, self._target_q(nextob)), bool(config.double_q)))
         action = tf.cast(batch["action"], tf.int32)
         with tf.GradientTape() as tape:
             q = tf.gather(self._q(batch["observ"]), action, batch_dims=1)

@@ -5,20 +5,18 @@ Mnih et al. 2015 (experience replay, target networks); Schaul et al. 2016,
 arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step returns).
 """
 
-import types
-
 import gymnasium as gym
-import keras
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms import exploration as exploration_lib
+from batchrl.algorithms.base import Algorithm, checked
 from batchrl.memories.replay import ReplayMemory
 from batchrl.memories.samplers import annealed_beta
 from batchrl.optimizers import base as optimizers_base
 from batchrl.spaces import nested
 from batchrl.tools.graph import after
-from batchrl.tools.streaming import StreamingNormalize
+
+TD_ERROR = "td_error"  # The entry of `update`'s result that sets priorities.
 
 
 def polyak(target, online, rate):
@@ -74,25 +72,23 @@ def check_box_actions(name, space):
         raise ValueError(f"{name} needs Box actions with finite bounds; {problem}")
 
 
-def networks(**models):
-    """The `networks` of an off-policy algorithm: a namespace of its models (`policy` is
-    the one `export` saves)."""
-    return types.SimpleNamespace(**models)
-
-
-class OffPolicyAlgorithm:
+class OffPolicyAlgorithm(Algorithm):
     """The `begin_episodes / perform / experience / end_episodes` of an algorithm that
-    learns from a replay memory; a subclass adds its networks and the update.
+    learns from a replay memory; a subclass adds its networks and the update
+    (`_update_step`).
 
-    `perform` acts with the subclass's policy (`_explore_action` while training, with the
-    config's `exploration` on top; `_greedy_action` otherwise). While `is_training` is
+    `perform` acts through the subclass's `actor_class` (its `explore` action while
+    training, with the config's `exploration` on top; `greedy` otherwise). While `is_training` is
     true, `experience` stores the batch step's transitions in the `ReplayMemory` (n-step
     returns that stop at terminations and bootstrap at truncations) and, once the memory
     holds `learning_starts` transitions, runs `updates_per_step` updates per agent stepped
     (a fractional ratio carries its remainder to the next step) on sampled batches of
     `batch_size`, inside the same graph call (`_update`, compiled with XLA when
-    `jit_update`). `end_episodes` has nothing to do: transitions are stored as they come;
-    `begin_episodes` stores those of an episode cut short (truncated).
+    `jit_update`): each calls `update(batch)` on a batch sampled from the replay memory
+    and, with prioritized replay, sets the sampled transitions' priorities from the
+    `td_error` (`TD_ERROR`) entry of its result. `end_episodes` has nothing to do:
+    transitions are stored as they come; `begin_episodes` stores those of an episode cut
+    short (truncated).
 
     Observations are normalized with running statistics when `normalize_observ` (stored
     raw, normalized when acting and when sampled); rewards are used as they are. With
@@ -109,7 +105,8 @@ class OffPolicyAlgorithm:
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
         `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
         epsilon}`), `save_replay` (read by the train command: `checkpoint_state`),
-        `exploration` (None: the subclass's `default_exploration`), `target_update_rate`
+        `exploration` (None: the `default_exploration` of the subclass's `actor_class`),
+        `target_update_rate`
         and `target_update_every` (None: the subclass's `default_target_update_rate` and
         `default_target_update_every`), `policy_lr`, `value_lr`, `max_gradient_norm`,
         `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`,
@@ -126,7 +123,9 @@ class OffPolicyAlgorithm:
     name = "off_policy"
     discrete_actions = False  # Whether the algorithm acts with Discrete or with Box actions.
     default_batch_size = 256
-    default_exploration = None
+    # The acting half (`batchrl.algorithms.actor.OffPolicyActor`): policy model, observation
+    # filter, exploration; `perform` and `policy_action` act through it (`actor`).
+    actor_class = None
     # Polyak averaging every update at rate 0.005 (Fujimoto et al. 2018, sec. 6.1; Haarnoja
     # et al. 2018, arXiv:1812.05905, table 1).
     default_target_update_rate = 0.005
@@ -139,10 +138,7 @@ class OffPolicyAlgorithm:
     state_size = 0  # Feed-forward policies only.
 
     def __init__(self, batch_env, step, is_training, should_log, config):
-        self._batch_env = batch_env
-        self._step = step
-        self._is_training = is_training
-        self._should_log = should_log
+        super().__init__(batch_env, step, is_training, should_log, config)
         defaults = {"target_update_rate": self.default_target_update_rate,
                     "target_update_every": self.default_target_update_every}
         config = self._config = type(config)(config, **{
@@ -160,20 +156,13 @@ class OffPolicyAlgorithm:
         if not self.discrete_actions:
             check_box_actions(self.name, batch_env.action_space)
         self._batch_size = int(config.batch_size or self.default_batch_size)
-        self._observ_filter = StreamingNormalize(
-            self._observ_shape, center=config.normalize_observ,
-            scale=config.normalize_observ,
-            clip=config.observ_clip if config.normalize_observ else None,
-            mask=nested.normalized_elements(batch_env.observation_space,
-                                            config.get("normalize_keys")),
-            name="normalize_observ")
         self._random = tf.random.Generator.from_seed(config.seed)
-        spec = config.exploration if config.exploration is not None else (
-            self.default_exploration)
-        space = batch_env.action_space
-        self._exploration = exploration_lib.Exploration(
-            exploration_lib.parse(spec, self._discrete), self._num_agents, self._action_shape,
-            int(space.n) if self._discrete else None)
+        self._acting = self.actor_class(
+            batch_env.observation_space, batch_env.action_space, config, self._random, step,
+            self._observ_shape, batch_env.observ.dtype, self._num_agents, self._action_shape,
+            defer_policy=True)
+        self._observ_filter = self._acting.observ_filter
+        self._exploration = self._acting.exploration
         observ_dtype = _storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
         self._memory = ReplayMemory(
             (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
@@ -188,34 +177,20 @@ class OffPolicyAlgorithm:
             self._logged_at = tf.Variable(
                 tf.constant(-(2 ** 62), tf.int64), trainable=False, name="logged_at")
         self._networks = self._build_networks(batch_env, config)
-        jit = bool(config.jit_update)
-        self._update = tf.function(self._update_many, jit_compile=jit, autograph=False)
+        self._update = self._compile(self._update_many)
 
     # --- What a subclass provides. ---
 
     def _build_networks(self, batch_env, config):
-        """Builds the networks, targets and optimizers; returns `networks(policy=...)`
-        (`policy`: the model `export` saves)."""
+        """Builds the networks (the policy with `self._acting.build_policy()`), targets
+        and optimizers; returns their
+        `batchrl.networks.Networks` (`policy`: the model `export` saves; `critic`)."""
         raise NotImplementedError
-
-    def _greedy_action(self, observ):
-        """The deterministic action for normalized observations `[n, ...]`."""
-        raise NotImplementedError
-
-    def _explore_action(self, observ):
-        """The training action before `exploration`, for normalized observations."""
-        raise NotImplementedError
-
-    def _sampled_action(self, observ, generator):
-        """The `sample` signature's action of an exported model (draws with `generator`,
-        which has `normal` and `uniform`); default: the greedy action."""
-        del generator
-        return self._greedy_action(observ)
 
     def _update_step(self, batch):
-        """One gradient update on a sampled batch (dict of `ReplayMemory.sample` with
-        normalized float32 `observ` and `nextob`); returns `(diagnostics, td_error)`:
-        a dict of float32 scalars and float32 `[batch_size]` for the priorities."""
+        """One gradient update on a batch (dict of `update`'s keys, with normalized
+        float32 `observ` and `nextob`); returns `(diagnostics, td_error)`: a dict of
+        float32 scalars and float32 `[batch_size]` for the priorities."""
         raise NotImplementedError
 
     @property
@@ -243,10 +218,6 @@ class OffPolicyAlgorithm:
         return {"exploration": self._exploration, "replay": self._memory}
 
     @property
-    def networks(self):
-        return self._networks
-
-    @property
     def updates(self):
         """int64 variable, the gradient updates done."""
         return self._updates
@@ -262,13 +233,8 @@ class OffPolicyAlgorithm:
         action. Returns `(action, state)` (the state, `[n, 0]`, passes through)."""
         normalized = self._observ_filter.transform(observ)
         if generator is None:
-            return self._greedy_action(normalized), state
-        return self._sampled_action(normalized, generator), state
-
-    def _exploration_kwargs(self, observ):
-        """Keyword arguments of the exploration for these (normalized) observations: none
-        here; DQN passes the actions an observation's mask allows."""
-        return {}
+            return self._acting.greedy(normalized), state
+        return self._acting.sampled(normalized, generator), state
 
     def begin_episodes(self, agent_indices):
         """Zeroes the given agents' exploration noise (int32 `[n]`) and stores the steps
@@ -289,28 +255,16 @@ class OffPolicyAlgorithm:
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
         with tf.name_scope("perform"):
-            normalized = self._observ_filter.transform(observ)
-
-            def explore():
-                action = self._explore_action(normalized)
-                return self._exploration(agent_indices, action, self._step, self._random,
-                                         **self._exploration_kwargs(normalized))
-
-            action = tf.cond(tf.convert_to_tensor(self._is_training), explore,
-                             lambda: self._greedy_action(normalized))
-            if action.dtype.is_floating:
-                action = tf.debugging.check_numerics(action, "non-finite action")
-            return action
+            action, _ = self._acting.act(observ, None, self._is_training, agent_indices)
+            return checked(action)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Stores the transitions of the given agents while training, then runs the
         updates they are owed (see the class docstring). Shapes as `perform`'s; reward
         float32 `[n]`, done bool `[n]`, nextob the observation after the step (the final
         one when the episode ended)."""
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._record(agent_indices, observ, action, reward, done, nextob),
-            lambda: tf.constant(False))
+        return self._while_training(
+            self._record, agent_indices, observ, action, reward, done, nextob)
 
     def end_episodes(self, agent_indices):
         """Nothing to do: transitions are stored by `experience`."""
@@ -374,14 +328,15 @@ class OffPolicyAlgorithm:
             due = tf.logical_and(
                 tf.convert_to_tensor(self._should_log),
                 self._step >= self._logged_at + int(self._config.log_every))
-            with tf.summary.record_if(due), tf.name_scope(self.name + "/"):
-                summaries = [tf.summary.scalar(name, value)
-                             for name, value in diagnostics.items()]
-                summaries.append(tf.summary.scalar(
-                    "replay_size", tf.cast(self._memory.size, tf.float32)))
+
+            def replay():
+                written = [tf.summary.scalar(
+                    "replay_size", tf.cast(self._memory.size, tf.float32))]
                 if self._memory.prioritized:
-                    summaries.append(tf.summary.scalar("beta", self._beta()))
-                self._observ_filter.summary()
+                    written.append(tf.summary.scalar("beta", self._beta()))
+                return written
+
+            summaries = self._write_summaries(diagnostics, due, replay, (self._observ_filter,))
             with tf.control_dependencies(summaries):
                 logged = self._logged_at.assign(tf.where(due, self._step, self._logged_at))
             return after([logged], True)
@@ -398,15 +353,39 @@ class OffPolicyAlgorithm:
             lambda index, _: index < count, body, (tf.constant(1), first))
         return diagnostics
 
-    def _sampled_update(self):
-        beta = self._beta() if self._memory.prioritized else None
-        batch = self._memory.sample(self._batch_size, beta=beta)
+    def update(self, batch):
+        """One gradient update (the subclass's `_update_step`), counted in `updates`.
+
+        Args:
+          batch: dict of `ReplayMemory.sample`'s keys without `index`: `observ` and
+            `nextob` raw `[batch_size, *observation_shape]` (normalized here), `action`
+            `[batch_size, *action_shape]`, `reward` and `discount` float32 `[batch_size]`
+            (the n-step return and the discount of the bootstrap, 0 after a termination),
+            `weight` float32 `[batch_size]` (importance weights; ones without priorities).
+
+        Returns:
+          dict of float32 scalars (the diagnostics the subclass documents) and `td_error`
+          (`TD_ERROR`), float32 `[batch_size]`, the absolute TD errors that prioritized
+          replay sets the priorities from.
+        """
         batch = dict(batch, observ=self._normalized(batch["observ"]),
                      nextob=self._normalized(batch["nextob"]))
         diagnostics, td_error = self._update_step(batch)
-        done = [self._updates.assign_add(1)]
-        if self._memory.prioritized:
-            done.append(self._memory.update_priorities(batch["index"], td_error))
+        counted = [self._updates.assign_add(1)]
+        return dict({key: after(counted, value) for key, value in diagnostics.items()},
+                    **{TD_ERROR: td_error})
+
+    def _sampled_update(self):
+        """`update` on a batch sampled from the replay memory; with prioritized replay,
+        the sampled transitions' priorities set from its `td_error`. Returns the
+        diagnostics."""
+        beta = self._beta() if self._memory.prioritized else None
+        batch = self._memory.sample(self._batch_size, beta=beta)
+        diagnostics = self.update(batch)
+        td_error = diagnostics.pop(TD_ERROR)
+        if not self._memory.prioritized:
+            return diagnostics
+        done = [self._memory.update_priorities(batch["index"], td_error)]
         return {key: after(done, value) for key, value in diagnostics.items()}
 
     def _beta(self):
@@ -432,9 +411,6 @@ class OffPolicyAlgorithm:
         due = tf.equal((self._updates + 1) % int(config.target_update_every), 0)
         return tf.cond(due, update, lambda: tf.constant(False))
 
-    @staticmethod
-    def _adam(learning_rate):
-        return keras.optimizers.Adam(float(learning_rate))
 
 
 def _storage_dtype(space, default):

@@ -9,6 +9,8 @@ graph); Heess et al., arXiv:1707.02286 (streaming normalization).
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
+from batchrl.algorithms.actor import OnPolicyActor
+from batchrl.algorithms.base import Algorithm, checked
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.spaces import nested
@@ -17,16 +19,17 @@ from batchrl.tools.graph import after
 from batchrl.tools.streaming import StreamingNormalize
 
 
-class OnPolicyAlgorithm:
+class OnPolicyAlgorithm(Algorithm):
     """The `begin_episodes / perform / experience / end_episodes` of an algorithm that
-    learns from whole episodes of its current policy; a subclass adds the update.
+    learns from whole episodes of its current policy; a subclass adds `update(batch)`.
 
     While `is_training` is true, `experience` appends each agent's transitions to its
     current episode and updates the observation and reward normalizers; `end_episodes`
     moves finished episodes into a memory of `update_every` episodes (further episodes that
     end at the same step are dropped) and, once it is full, calls `_train()` (graph code
-    returning a tensor to wait for), which runs the subclass's `_update_step` (the update,
-    which empties the memory) and writes its summaries. While `is_training` is false,
+    returning a tensor to wait for), which reads the memory as a batch (`_memory_batch`),
+    runs the subclass's `update(batch)` on it, empties the memory and writes the
+    summaries. While `is_training` is false,
     `perform` returns the mode (mean) action and nothing is recorded.
 
     A recurrent policy (`policy.state_size > 0`) keeps one state per agent, reset to zero
@@ -62,16 +65,21 @@ class OnPolicyAlgorithm:
         `max_length`). Optional `normalize_keys`: the `Dict` entries `normalize_observ`
         normalizes (`batchrl.spaces.nested.normalized_elements`; absent or None: all).
 
-    The update's skeleton is shared too: `_train` calls the subclass's `_update_step`
-    (compiled once, with XLA when the config's `jit_update` is true and the subclass reads
-    it) and writes its summaries; `_build_optimizers` keeps the policy's and the value
-    network's optimizers (checkpointed with `checkpoint_state`); `_begin_update` decays
-    their learning rates (`lr_schedule`, `_schedule_learning_rates`) and reads the memory
-    as a batch (`_memory_batch`); `_finish_update` empties the memory after the update.
+    The update's skeleton is shared too: `_train` runs `_update` (`_memory_update`,
+    compiled once, with XLA when the config's `jit_update` is true and the subclass reads
+    it), which decays the learning rates (`lr_schedule`, `_schedule_learning_rates`),
+    reads the memory as a batch (`_memory_batch`), calls `update(batch)` and empties the
+    memory, and writes the summaries; `_build_optimizers` keeps the policy's and the value
+    network's optimizers (checkpointed with `checkpoint_state`).
+
+    `update(batch)` takes the batch of `_memory_batch` and returns a dict of float32
+    scalars for the summaries, the float32 `[episodes, time]` `mask` of the valid steps,
+    and the tensors named in `histograms` (`[episodes, time, ...]`; absent ones are
+    skipped).
 
     Attributes:
-      histograms: tuple of str, the entries of `_update_step`'s result that `_train` writes
-        as histograms over the valid steps (the others but `mask` are scalars).
+      histograms: tuple of str, the entries of `update`'s result that `_train` writes as
+        histograms over the valid steps (the others but `mask` are scalars).
       config_keys: frozenset of str, the config keys the algorithm reads other than those
         of the run (`env`, `steps`, `seed`, `max_length`, ...) and the hidden layers
         (`policy_layers`, `value_layers`, `activation`), which the off-policy algorithms
@@ -89,27 +97,24 @@ class OnPolicyAlgorithm:
         "orthogonal_init"})
 
     def __init__(self, batch_env, step, is_training, should_log, config):
-        self._batch_env = batch_env
-        self._step = step
-        self._is_training = is_training
-        self._should_log = should_log
-        self._config = config
+        super().__init__(batch_env, step, is_training, should_log, config)
         num_agents = len(batch_env)
         observ_shape = tuple(batch_env.observ.shape[1:])
+        action_shape = tuple(batch_env.action.shape[1:])
+        self._random = tf.random.Generator.from_seed(config.seed)
+        # The acting half: the networks, the observation filter, sampling.
+        self._acting = OnPolicyActor(
+            batch_env.observation_space, batch_env.action_space, config, self._random, step,
+            observ_shape, batch_env.observ.dtype)
+        self._networks = self._acting.networks
+        self._distribution = self._networks.distribution
+        self._observ_filter = self._acting.observ_filter
         # Observations that are not floats (images, binary frames) and not normalized are
         # stored in their own dtype; the networks convert them.
-        self._raw_observ = not (config.normalize_observ or batch_env.observ.dtype.is_floating)
+        self._raw_observ = self._acting.raw_observ
         stored_dtype = batch_env.observ.dtype if self._raw_observ else tf.float32
-        action_shape = tuple(batch_env.action.shape[1:])
-        self._networks = config.network(
-            batch_env.observation_space, batch_env.action_space, config)
-        self._distribution = self._networks.distribution
         normalized = nested.normalized_elements(batch_env.observation_space,
                                                 config.get("normalize_keys"))
-        self._observ_filter = StreamingNormalize(
-            observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
-            clip=config.observ_clip if config.normalize_observ else None,
-            mask=normalized, name="normalize_observ")
         # The memories keep the byte elements of a nested observation (its images) as uint8,
         # where the normalizer leaves them as they are.
         self._observ_storage = ObservationStorage.for_space(
@@ -184,13 +189,10 @@ class OnPolicyAlgorithm:
             # return); rebuilt by playing, like the episodes in progress.
             self._return = tf.Variable(
                 tf.zeros([num_agents]), trainable=False, name="discounted_return")
-        self._random = tf.random.Generator.from_seed(config.seed)
         self._policy_optimizer = self._value_optimizer = None  # Set by `_build_optimizers`.
-        # The update is a function of its own, traced once however many step functions
-        # call it. With `jit_update`, XLA compiles its many small ops (minibatch steps of
-        # small networks) into a few kernels; summaries stay outside, in `_train`.
-        jit = bool(config.jit_update) if "jit_update" in self.config_keys else False
-        self._update = tf.function(self._update_step, jit_compile=jit, autograph=False)
+        # With `jit_update`, XLA compiles the update's many small ops (minibatch steps of
+        # small networks) into a few kernels.
+        self._update = self._compile(self._memory_update)
 
     @property
     def checkpoint_state(self):
@@ -233,10 +235,6 @@ class OnPolicyAlgorithm:
         }
 
     @property
-    def networks(self):
-        return self._networks
-
-    @property
     def state_size(self):
         """int, the size of the policy's recurrent state (0 for a feed-forward policy)."""
         return self._state_size
@@ -255,16 +253,14 @@ class OnPolicyAlgorithm:
         Returns:
           `(action, state)`: `[n, *action_shape]` and the next recurrent states.
         """
-        normalized = self._normalized(observ)
-        params, state = self._networks.policy(normalized[:, None], state)
-        distribution = self._distribution({key: value[:, 0] for key, value in params.items()})
-        action = distribution.mode() if generator is None else distribution.sample(generator)
+        action, state, _ = self._acting.step_policy(
+            observ, state, generator is not None, generator)
         return action, state
 
     def _normalized(self, observ):
-        """Observations as the networks and the memory take them: normalized float32
-        (`_observ_filter`), or raw observations in their own dtype (`_raw_observ`)."""
-        return observ if self._raw_observ else self._observ_filter.transform(observ)
+        """Observations as the networks and the memory take them
+        (`OnPolicyActor.normalized`)."""
+        return self._acting.normalized(observ)
 
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents
@@ -295,17 +291,10 @@ class OnPolicyAlgorithm:
         """
         with tf.name_scope("perform"):
             agent_indices = tf.cast(agent_indices, tf.int32)
-            normalized = self._normalized(observ)
             state = tf.gather(self._state, agent_indices)
-            params, new_state = self._networks.policy(normalized[:, None], state)
-            params = {key: value[:, 0] for key, value in params.items()}
-            distribution = self._distribution(params)
-            action = tf.cond(
-                tf.convert_to_tensor(self._is_training),
-                lambda: distribution.sample(self._random),
-                distribution.mode)
-            if action.dtype.is_floating:
-                action = tf.debugging.check_numerics(action, "non-finite action")
+            action, new_state, params = self._acting.step_policy(
+                observ, state, self._is_training)
+            action = checked(action)
             rows = agent_indices[:, None]
             stored = [self._last_params[key].scatter_nd_update(rows, params[key])
                       for key in self._param_shapes]
@@ -327,10 +316,8 @@ class OnPolicyAlgorithm:
             terminal states are read from the environment).
           nextob: float32 `[n, *observation_shape]`, the observation after the step.
         """
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._record(agent_indices, observ, action, reward, done, nextob),
-            lambda: tf.constant(False))
+        return self._while_training(
+            self._record, agent_indices, observ, action, reward, done, nextob)
 
     def _cut_rollouts(self, agent_indices):
         """Sets `done` at the last stored step of the given agents' rollouts (if any): the
@@ -391,10 +378,7 @@ class OnPolicyAlgorithm:
         holds `rollout_length` of them, the others with as many as they have)."""
         if self._rollout_length:
             return tf.constant(False)
-        return tf.cond(
-            tf.convert_to_tensor(self._is_training),
-            lambda: self._store(agent_indices),
-            lambda: tf.constant(False))
+        return self._while_training(self._store, agent_indices)
 
     def _store(self, agent_indices):
         with tf.name_scope("end_episodes"):
@@ -422,7 +406,7 @@ class OnPolicyAlgorithm:
                            lambda: tf.constant(False))
 
     def _train(self):
-        """The update on the full memory (`_update_step`, which empties it) and its summaries
+        """The update on the full memory (`_update`, which empties it) and its summaries
         under `NAME/`: a scalar of each float32 scalar it returns, a histogram of each entry
         named in `histograms` over the valid steps (its `mask`), and the normalizers'
         statistics; returns True once done."""
@@ -430,23 +414,26 @@ class OnPolicyAlgorithm:
             result = self._update()
             mask = result.pop("mask")
             histograms = {key: result.pop(key) for key in self.histograms if key in result}
-            with tf.summary.record_if(self._should_log), tf.name_scope(self.name + "/"):
-                summaries = [tf.summary.scalar(name, value) for name, value in result.items()]
-                summaries += [
+            summaries = self._write_summaries(
+                result, self._should_log, lambda: [
                     summaries_lib.histogram(
                         name, tf.cast(tf.boolean_mask(value, mask > 0), tf.float32))
-                    for name, value in histograms.items()]
-                self._observ_filter.summary()
-                self._reward_filter.summary()
+                    for name, value in histograms.items()],
+                (self._observ_filter, self._reward_filter))
             return after(summaries, True)
 
-    def _update_step(self):
-        """The update itself, free of summaries so that XLA can compile it; empties the
-        memory (`_clear_memory`). Returns a dict of float32 scalars for the summaries, the
-        float32 `[update_every, memory_length]` `mask` of the valid steps, and the tensors
-        named in `histograms` (`[update_every, memory_length, ...]`; absent ones are
-        skipped)."""
-        raise NotImplementedError
+    def _memory_update(self):
+        """The update on the memory, free of summaries so that XLA can compile it: the
+        learning rates scheduled (`_schedule_learning_rates`), the memory read as a batch
+        (`_memory_batch`), `update(batch)`, and the memory emptied once its results are
+        computed; returns those results (`tf.identity`, after the memory is emptied)."""
+        with tf.control_dependencies(self._schedule_learning_rates()):
+            batch = self._memory_batch()
+        results = self.update(batch)
+        with tf.control_dependencies(list(results.values())):
+            cleared = [self._memory.clear(), self._memory_index.assign(0)]
+        with tf.control_dependencies(cleared):
+            return {key: tf.identity(value) for key, value in results.items()}
 
     def _memory_batch(self):
         """The memory's `E = update_every` episodes, padded to `T = memory_length` steps, as
@@ -481,12 +468,6 @@ class OnPolicyAlgorithm:
             batch["state"] = episodes["state"]
         return batch
 
-    def _begin_update(self):
-        """The start of `_update_step`: schedules the learning rates
-        (`_schedule_learning_rates`), then reads the memory (`_memory_batch`, returned)."""
-        with tf.control_dependencies(self._schedule_learning_rates()):
-            return self._memory_batch()
-
     def _value(self, observ):
         """The value network's estimate of the return, float32 `[batch, time]` for
         observations `[batch, time, *observation_shape]`."""
@@ -513,20 +494,6 @@ class OnPolicyAlgorithm:
                          + self._networks.value.trainable_variables):
             variables.setdefault(id(variable), variable)
         return list(variables.values())
-
-    def _clear_memory(self, dependencies):
-        """Empties the memory once the tensors `dependencies` are computed; returns the
-        operations to wait for."""
-        with tf.control_dependencies(dependencies):
-            return [self._memory.clear(), self._memory_index.assign(0)]
-
-    def _finish_update(self, results):
-        """The end of `_update_step`: empties the memory once the tensors of the dict
-        `results` are computed, and returns them (`tf.identity`, after the memory is
-        emptied)."""
-        cleared = self._clear_memory(list(results.values()))
-        with tf.control_dependencies(cleared):
-            return {key: tf.identity(value) for key, value in results.items()}
 
     def _remaining(self):
         """float32 scalar: the fraction of the run's `steps` still to train, in [0, 1]."""

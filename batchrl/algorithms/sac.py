@@ -10,8 +10,44 @@ import math
 import tensorflow as tf
 
 from batchrl.algorithms import off_policy
+from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
+
+
+class SACActor(OffPolicyActor):
+    """SAC's acting half: a tanh-squashed Gaussian actor (`policy_layers`, or a torso of the
+    config's declared layers); explored actions are sampled from it (no exploration on
+    top by default), deterministic ones are tanh(mean)."""
+
+    def make_policy(self):
+        config = self._config
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        actor = q_networks.SquashedGaussianActor(
+            int(math.prod(self.action_shape)), config.policy_layers, config.activation,
+            hidden=torso(self.observation_space) if torso is not None else None)
+        actor(tf.zeros((1,) + self.observ_shape))
+        return actor
+
+    def sample(self, observ, generator):
+        """`(action, log_prob)` drawn with `generator` for normalized observations:
+        float32 `[n, action_size]` and `[n]`."""
+        mean, log_std = self.policy(observ)
+        return q_networks.squashed_sample(mean, log_std, generator.normal(tf.shape(mean)))
+
+    def greedy(self, observ):
+        mean, _ = self.policy(observ)
+        return tf.reshape(tf.tanh(mean), (-1,) + self.action_shape)
+
+    def explore(self, observ):
+        action, _ = self.sample(observ, self.generator)
+        return tf.reshape(action, (-1,) + self.action_shape)
+
+    def sampled(self, observ, generator):
+        action, _ = self.sample(observ, generator)
+        return tf.reshape(action, (-1,) + self.action_shape)
 
 
 class SAC(off_policy.OffPolicyAlgorithm):
@@ -59,6 +95,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
     """
 
     name = "sac"
+    actor_class = SACActor
     config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
         "target_entropy", "init_temperature", "network", "orthogonal_init"}
 
@@ -73,10 +110,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
         action = tf.zeros((1, size))
         torso = config.get("torso")  # Declared layers (`build` makes the factory).
         space = batch_env.observation_space
-        actor = q_networks.SquashedGaussianActor(
-            size, config.policy_layers, config.activation,
-            hidden=torso(space) if torso is not None else None)
-        actor(observ)
+        actor = self._acting.build_policy()
 
         def critic():
             torsos = None if torso is None else [torso(space), torso(space)]
@@ -88,13 +122,13 @@ class SAC(off_policy.OffPolicyAlgorithm):
         with tf.name_scope(self.name):
             self._log_alpha = tf.Variable(
                 math.log(config.init_temperature), trainable=False, name="log_temperature")
-        self._actor_optimizer = self._adam(config.policy_lr)
-        self._critic_optimizer = self._adam(config.value_lr)
-        self._alpha_optimizer = self._adam(config.policy_lr)
+        self._actor_optimizer = adam(config.policy_lr)
+        self._critic_optimizer = adam(config.value_lr)
+        self._alpha_optimizer = adam(config.policy_lr)
         self._actor_optimizer.build(actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
         self._alpha_optimizer.build([self._log_alpha])
-        return off_policy.networks(policy=actor, critic=self._critic)
+        return Networks(policy=actor, critic=self._critic)
 
     @property
     def _trackables(self):
@@ -104,30 +138,12 @@ class SAC(off_policy.OffPolicyAlgorithm):
                 "critic_optimizer": self._critic_optimizer,
                 "temperature_optimizer": self._alpha_optimizer}
 
-    def _greedy_action(self, observ):
-        mean, _ = self._actor(observ)
-        return tf.reshape(tf.tanh(mean), (-1,) + self._action_shape)
-
-    def _sample(self, observ, generator):
-        mean, log_std = self._actor(observ)
-        action, log_prob = q_networks.squashed_sample(
-            mean, log_std, generator.normal(tf.shape(mean)))
-        return action, log_prob
-
-    def _explore_action(self, observ):
-        action, _ = self._sample(observ, self._random)
-        return tf.reshape(action, (-1,) + self._action_shape)
-
-    def _sampled_action(self, observ, generator):
-        action, _ = self._sample(observ, generator)
-        return tf.reshape(action, (-1,) + self._action_shape)
-
     def _update_step(self, batch):
         config = self._config
         action = tf.reshape(tf.cast(batch["action"], tf.float32), [self._batch_size, -1])
         weight = batch["weight"]
         alpha = tf.exp(self._log_alpha)
-        next_action, next_log_prob = self._sample(batch["nextob"], self._random)
+        next_action, next_log_prob = self._acting.sample(batch["nextob"], self._random)
         next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
         target = tf.stop_gradient(
             batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
@@ -141,7 +157,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
             config.max_gradient_norm)
         actor_variables = self._actor.trainable_variables
         with tf.GradientTape() as tape:
-            new_action, log_prob = self._sample(batch["observ"], self._random)
+            new_action, log_prob = self._acting.sample(batch["observ"], self._random)
             new_q = tf.reduce_min(self._critic(batch["observ"], new_action), 0)
             actor_loss = tf.reduce_mean(alpha * log_prob - new_q)
         with tf.control_dependencies([critic_norm]):

@@ -9,8 +9,34 @@ import math
 import tensorflow as tf
 
 from batchrl.algorithms import off_policy
+from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
+from batchrl.networks.constructors import Networks
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
+
+
+class TD3Actor(OffPolicyActor):
+    """TD3's acting half: a deterministic actor mu(s) = tanh(MLP(s)) (`policy_layers`, or a
+    torso of the config's declared layers), perturbed while exploring by the config's
+    `exploration` (default Gaussian noise of std 0.1)."""
+
+    default_exploration = {"type": "gaussian", "std": 0.1}
+
+    def make_policy(self):
+        config = self._config
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        return q_networks.DeterministicActor(
+            int(math.prod(self.action_shape)), config.policy_layers, config.activation,
+            hidden=torso(self.observation_space) if torso is not None else None)
+
+    def greedy(self, observ):
+        return tf.reshape(self.policy(observ), (-1,) + self.action_shape)
+
+    def sampled(self, observ, generator):
+        action = self.greedy(observ)
+        std = self.exploration.spec.get("std", 0.0)
+        return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
 
 
 class TD3(off_policy.OffPolicyAlgorithm):
@@ -49,7 +75,7 @@ class TD3(off_policy.OffPolicyAlgorithm):
     """
 
     name = "td3"
-    default_exploration = {"type": "gaussian", "std": 0.1}
+    actor_class = TD3Actor
     config_keys = off_policy.OffPolicyAlgorithm.config_keys | {
         "policy_delay", "target_noise", "target_noise_clip", "network", "orthogonal_init"}
 
@@ -68,25 +94,20 @@ class TD3(off_policy.OffPolicyAlgorithm):
         torso = config.get("torso")  # Declared layers (`build` makes the factory).
         space = batch_env.observation_space
 
-        def actor():
-            return q_networks.DeterministicActor(
-                size, config.policy_layers, config.activation,
-                hidden=torso(space) if torso is not None else None)
-
         def critic():
             torsos = None if torso is None else [torso(space), torso(space)]
             return q_networks.TwinQ(config.value_layers, config.activation, torsos=torsos)
 
-        self._actor, self._critic = actor(), critic()
-        self._target_actor = off_policy.target_of(self._actor, actor, observ)
+        self._actor, self._critic = self._acting.build_policy(), critic()
+        self._target_actor = off_policy.target_of(self._actor, self._acting.make_policy, observ)
         self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
         with tf.name_scope(self.name):
             self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
-        self._actor_optimizer = self._adam(config.policy_lr)
-        self._critic_optimizer = self._adam(config.value_lr)
+        self._actor_optimizer = adam(config.policy_lr)
+        self._critic_optimizer = adam(config.value_lr)
         self._actor_optimizer.build(self._actor.trainable_variables)
         self._critic_optimizer.build(self._critic.trainable_variables)
-        return off_policy.networks(policy=self._actor, critic=self._critic)
+        return Networks(policy=self._actor, critic=self._critic)
 
     @property
     def _trackables(self):
@@ -94,17 +115,6 @@ class TD3(off_policy.OffPolicyAlgorithm):
                 "target_policy": self._target_actor, "target_critic": self._target_critic,
                 "policy_optimizer": self._actor_optimizer,
                 "critic_optimizer": self._critic_optimizer}
-
-    def _greedy_action(self, observ):
-        return tf.reshape(self._actor(observ), (-1,) + self._action_shape)
-
-    def _explore_action(self, observ):
-        return self._greedy_action(observ)
-
-    def _sampled_action(self, observ, generator):
-        action = self._greedy_action(observ)
-        std = self._exploration.spec.get("std", 0.0)
-        return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
 
     def _update_step(self, batch):
         config = self._config

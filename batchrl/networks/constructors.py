@@ -3,7 +3,7 @@
 layers (`network` a list of layers, or one list per observation leaf: `declared`).
 
 A network constructor is called as `constructor(observation_space, action_space, config)`
-and returns `Networks(policy, value, distribution)`:
+and returns `Networks(policy, value, distribution)` (`critic` stays None):
 
 - `policy`: a Keras model called as `policy(observ, state)` with observations float32
   `[batch, time, *observation_shape]` and the recurrent state at the first step, float32
@@ -46,7 +46,17 @@ from batchrl.networks.spec import RECURRENT, check_layers
 from batchrl.networks.torso import RecurrentTorso, Torso
 from batchrl.spaces import nested
 
-Networks = collections.namedtuple("Networks", "policy, value, distribution")
+Networks = collections.namedtuple(
+    "Networks", "policy, value, distribution, critic", defaults=(None, None, None))
+Networks.__doc__ = """The networks of an algorithm, of both families (`algo.networks`).
+
+Fields:
+  policy: the model that acts, always present (`export` saves it): the policy of a
+    network constructor, SAC's and TD3's actor, DQN's Q network.
+  value: the state-value network of an on-policy algorithm; None off-policy.
+  distribution: the action distribution class of an on-policy policy; None off-policy.
+  critic: the twin Q functions of SAC and TD3; None otherwise.
+"""
 
 
 def feed_forward_gaussian(observation_space, action_space, config):

@@ -16,6 +16,7 @@ _EXPORTS = {
     "MultiStep": "batchrl.optimizers.multi_step",
     "NaturalGradient": "batchrl.optimizers.natural_gradient",
     "Optimizer": "batchrl.optimizers.base",
+    "adam": "batchrl.optimizers.keras_optimizer",
     "conjugate_gradient": "batchrl.optimizers.natural_gradient",
     "create": "batchrl.optimizers.factory",
     "fisher_vector_product": "batchrl.optimizers.natural_gradient",

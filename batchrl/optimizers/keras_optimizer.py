@@ -44,6 +44,13 @@ class KerasOptimizer(base.Optimizer):
         return [self.optimizer.learning_rate.assign(self._learning_rate * scale)]
 
 
+def adam(learning_rate, **options):
+    """Keras' Adam at `learning_rate` (a float; it becomes a variable, which learning rate
+    schedules set) with Keras' keyword arguments `options`: the one way batchrl builds
+    Adam (`create`, PPO, the off-policy algorithms)."""
+    return keras.optimizers.Adam(float(learning_rate), **options)
+
+
 def create(kind, learning_rate, max_gradient_norm=None, **options):
     """A `KerasOptimizer` of `kind` (`adam`, `sgd` or `rmsprop`) with Keras' keyword
     arguments `options` (e.g. `beta_1`, `momentum`, `rho`).
@@ -51,7 +58,7 @@ def create(kind, learning_rate, max_gradient_norm=None, **options):
     Raises:
       ValueError: unknown `kind`.
     """
-    classes = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
+    classes = {"adam": adam, "sgd": keras.optimizers.SGD,
                "rmsprop": keras.optimizers.RMSprop}
     if kind not in classes:
         raise ValueError(f"unknown Keras optimizer {kind!r}; choices: {', '.join(classes)}")

@@ -5,7 +5,6 @@ in TensorFlow", arXiv:1709.02878, section 4; Schulman et al., arXiv:1707.06347 (
 adaptive KL penalty); Heess et al., arXiv:1707.02286 (streaming normalization, KL cut-off).
 """
 
-import keras
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
@@ -13,6 +12,7 @@ from batchrl.algorithms import parts
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.ppo import losses
 from batchrl.optimizers.base import apply_clipped
+from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.streaming import StreamingNormalize
 
 
@@ -93,10 +93,9 @@ class PPO(OnPolicyAlgorithm):
         self._shared_torso = parts.shared_torso(self._networks)
         self._value_coef = float(config.value_coef)  # The joint step's (shared torso).
         if self._shared_torso is None:
-            self._build_optimizers(keras.optimizers.Adam(config.policy_lr),
-                                   keras.optimizers.Adam(config.value_lr))
+            self._build_optimizers(adam(config.policy_lr), adam(config.value_lr))
         else:
-            self._build_optimizers(keras.optimizers.Adam(config.policy_lr), None)
+            self._build_optimizers(adam(config.policy_lr), None)
 
     @property
     def checkpoint_state(self):
@@ -108,9 +107,8 @@ class PPO(OnPolicyAlgorithm):
             state["value_filter"] = self._value_filter
         return state
 
-    def _update_step(self):
-        """The update itself (see the class docstring), free of summaries so that XLA can
-        compile it; empties the memory.
+    def update(self, batch):
+        """One update (see the class docstring) on a batch of `_memory_batch`'s keys.
 
         Returns:
           dict of float32 scalars for the summaries (`kl`, `entropy`, `mean_return`, the
@@ -120,7 +118,6 @@ class PPO(OnPolicyAlgorithm):
           ...]`, for the histograms.
         """
         config = self._config
-        batch = self._begin_update()
         observ, action, mask = batch["observ"], batch["action"], batch["mask"]
         advantage, target = parts.gae(
             batch, discount=config.discount, gae_lambda=config.gae_lambda)
@@ -152,9 +149,9 @@ class PPO(OnPolicyAlgorithm):
             if config.clip_ratio is None:  # The clipped surrogate has no KL terms.
                 change.update(kl_target=self._kl_target(), kl_penalty=self._penalty.assign(
                     losses.adapted_penalty(self._penalty, change["kl"], self._kl_target())))
-        return self._finish_update(dict(
+        return dict(
             metrics, **change, mean_return=advantage_lib.masked_mean(target, mask),
-            mask=mask, advantage=advantage, action=action))
+            mask=mask, advantage=advantage, action=action)
 
     def _value(self, observ):
         """The value network's estimate of the return, `[batch, time]` float32; with
