@@ -7,7 +7,7 @@ import abc
 
 import tensorflow as tf
 
-from batchrl.tools import nested
+from batchrl.spaces import nested
 from batchrl.tools.streaming import StreamingNormalize
 
 
@@ -171,7 +171,7 @@ def observation_filter(observation_space, observ_shape, config):
     clipped to [-observ_clip, observ_clip], element by element, when the config's
     `normalize_observ` (an identity otherwise); only the elements of `Box` leaves of a
     flattened nested observation, and with `normalize_keys` only those entries
-    (`batchrl.tools.nested.normalized_elements`). A `StreamingNormalize` of
+    (`batchrl.spaces.nested.normalized_elements`). A `StreamingNormalize` of
     `observ_shape`."""
     return StreamingNormalize(
         observ_shape, center=config.normalize_observ, scale=config.normalize_observ,
