@@ -64,11 +64,15 @@ def _assert_stored(agent, expected):
         np.testing.assert_array_equal(ours[2], theirs[2], err_msg=f"final of {index}")
 
 
-def test_deterministic_steps_end_the_training_episodes_in_progress():
-    """30 deterministic steps in the middle of the training episodes (the application then
+def test_deterministic_steps_and_resets_end_the_training_episodes_in_progress():
+    """Deterministic steps, then resets, of one agent.
+
+    30 deterministic steps in the middle of the training episodes (the application then
     resets its environments) and sampled steps again: the stored episodes end where the
     deterministic steps began, as truncated (bootstrapped from the last final observation),
-    and the next ones begin after them; no stored episode holds a step of both sides."""
+    and the next ones begin after them; no stored episode holds a step of both sides.
+
+    Then `reset` ends the training episodes of the given environments."""
     agent = make_agent(update_every=20, max_length=50, normalize_observ=False)
     recorder = _Recorder(agent)
     for _ in range(5):
@@ -79,21 +83,19 @@ def test_deterministic_steps_end_the_training_episodes_in_progress():
     for _ in range(3):
         recorder.step()
     recorder.step(terminated=(True, True, True))
-    _assert_stored(agent, [recorder.episode(env, 0, 4, False) for env in range(3)]
-                   + [recorder.episode(env, 5, 8, True) for env in range(3)])
+    before = [recorder.episode(env, 0, 4, False) for env in range(3)] + [
+        recorder.episode(env, 5, 8, True) for env in range(3)]
+    _assert_stored(agent, before)
 
-
-def test_reset_ends_the_training_episodes_of_the_given_environments():
-    agent = make_agent(update_every=20, max_length=50, normalize_observ=False)
-    recorder = _Recorder(agent)
+    recorder = _Recorder(agent, seed=1)  # No episode in progress: all ended above.
     for _ in range(4):
         recorder.step()
     agent.reset([1])
-    _assert_stored(agent, [recorder.episode(1, 0, 3, False)])
+    _assert_stored(agent, before + [recorder.episode(1, 0, 3, False)])
     recorder.step()
     recorder.step(terminated=(True, True, True))
-    expected = [recorder.episode(1, 0, 3, False), recorder.episode(0, 0, 5, True),
-                recorder.episode(1, 4, 5, True), recorder.episode(2, 0, 5, True)]
+    expected = before + [recorder.episode(1, 0, 3, False), recorder.episode(0, 0, 5, True),
+                         recorder.episode(1, 4, 5, True), recorder.episode(2, 0, 5, True)]
     _assert_stored(agent, expected)
     agent.reset()  # No episode in progress: nothing to store.
     _assert_stored(agent, expected)
@@ -106,33 +108,28 @@ def test_reset_ends_the_training_episodes_of_the_given_environments():
         agent.reset()
 
 
+NO_LIMIT = {key: value for key, value in SMALL.items() if key != "max_length"}
+
+
 def test_the_episode_limit_is_max_length_never_the_configs_env():
     """Without `max_length` the Agent refuses, whatever the config's `env` (the default
     config's Pendulum-v1 has 200 steps, cartpole's CartPole-v1 500): the application's
-    environments are not the config's."""
-    config = {key: value for key, value in SMALL.items() if key != "max_length"}
+    environments are not the config's. With it (an override of a config without it), the
+    limit is `max_length`: test_an_episode_past_max_length_is_dropped_and_the_agent_goes_on."""
     message = r"^batchrl.Agent needs config key 'max_length'"
     with pytest.raises(ConfigError, match=message):
-        Agent.create(config, OBSERVATION, ACTION, num_envs=2)
+        Agent.create(NO_LIMIT, OBSERVATION, ACTION, num_envs=2)
     with pytest.raises(ConfigError, match=message):
         Agent.create("cartpole", OBSERVATION, spaces.Discrete(2), num_envs=2)
-    agent = Agent.create(config, OBSERVATION, ACTION, num_envs=3, max_length=7)
-    zeros = np.zeros((3, 3))
-    for _ in range(7):
-        agent.act(zeros)
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
-                      final_observation=zeros)
-    agent.act(zeros)
-    with pytest.raises(ValueError, match=r"passed max_length=7 steps"):
-        agent.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool),
-                      final_observation=zeros)
 
 
 def test_an_episode_past_max_length_is_dropped_and_the_agent_goes_on():
-    """Environment 0 runs past max_length=3 at step 4: the error names it, its episode is
-    dropped, the step of the others is recorded, and act / observe go on; environment 0's
-    next episode begins at the next act."""
-    agent = make_agent(update_every=20, max_length=3, normalize_observ=False)
+    """Environment 0 runs past max_length=3 (given to a config without it, whose env's
+    episodes last 200 steps) at step 4: the error names it, its episode is dropped, the
+    step of the others is recorded, and act / observe go on; environment 0's next episode
+    begins at the next act."""
+    agent = Agent.create(NO_LIMIT, OBSERVATION, ACTION, num_envs=3, max_length=3,
+                         update_every=20, normalize_observ=False)
     recorder = _Recorder(agent)
     never, one, two = (False, False, False), (False, True, False), (False, False, True)
     for terminated in (never, one, two):
@@ -193,10 +190,13 @@ def test_create_and_load_leave_the_process_random_generators_and_eager_mode_alon
     assert eager._act_sampled.experimental_get_tracing_count() == 0  # Ran eagerly.
     tf.config.run_functions_eagerly(True)
     try:
-        traced = make_agent()
-        play(traced, Feed(3), 2)
+        traced = make_agent()  # Deterministic steps: act and observe, with small traces.
+        for _ in range(2):
+            traced.act(np.zeros((3, 3)), deterministic=True)
+            traced.observe(np.zeros(3), np.zeros(3, bool), np.zeros(3, bool))
         assert tf.config.functions_run_eagerly()
-        assert traced._act_sampled.experimental_get_tracing_count() == 1
+        assert traced._act_deterministic.experimental_get_tracing_count() == 1
+        assert traced._reset_eval_state.experimental_get_tracing_count() == 1
     finally:
         tf.config.run_functions_eagerly(False)
 

@@ -1,11 +1,12 @@
-"""The exported SavedModel converted to TensorFlow Lite and to ONNX acts as `batchrl.Agent`.
+"""The exported SavedModel served without batchrl, and converted to TensorFlow Lite and to
+ONNX, acts as `batchrl.Agent`.
 
-The conversions are the standard ones docs/agent.md gives:
-`tf.lite.TFLiteConverter.from_saved_model(dir, signature_keys=[KEY])` run by TFLite's
-interpreter, and `python -m tf2onnx.convert --saved-model dir --signature_def KEY` run by ONNX
-Runtime. Their mean actions must equal `act(observation, deterministic=True)` within 1e-5 (the
-recurrent policy's over several steps that carry the state), and their sampled actions must
-follow the policy's distribution.
+The SavedModel is served in a process that never imports batchrl. The conversions are the
+standard ones docs/agent.md gives: `tf.lite.TFLiteConverter.from_saved_model(dir,
+signature_keys=[KEY])` run by TFLite's interpreter, and `python -m tf2onnx.convert
+--saved-model dir --signature_def KEY` run by ONNX Runtime. Their mean actions must equal
+`act(observation, deterministic=True)` within 1e-5 (the recurrent policy's over several steps
+that carry the state), and their sampled actions must follow the policy's distribution.
 """
 
 import os
@@ -36,22 +37,45 @@ POLICIES = {
                     gym.make("CartPole-v1").observation_space, spaces.Discrete(2)),
     "recurrent": ("recurrent_gaussian", BOX, ACTION),
 }
-# tf2onnx's command line, run once per signature in one process; the error of a signature
-# that does not convert goes to stderr. An ONNX graph's input and output cannot share a
-# name, so a recurrent policy's output `state` is renamed.
-_TF2ONNX = """
+# One process for all the models (argv: their directories), which never imports batchrl:
+# it serves each SavedModel's `serving_default` over the `STEPS` observations (carrying a
+# recurrent policy's state) and `sample` once, then runs tf2onnx's command line once per
+# signature; the error of a signature that does not convert goes to stderr. An ONNX graph's
+# input and output cannot share a name, so a recurrent policy's output `state` is renamed.
+_SERVE_AND_CONVERT = """
 import sys
 import traceback
+import numpy as np
+import tensorflow as tf
+for directory in sys.argv[1:]:
+    model = tf.saved_model.load(f"{directory}/model")
+    serve, sample = model.signatures["serving_default"], model.signatures["sample"]
+    observations = np.load(f"{directory}/observations.npy")
+    state_spec = serve.structured_input_signature[1].get("state")
+    state = None if state_spec is None else tf.zeros(
+        [observations.shape[1], state_spec.shape[1]])
+    actions = []
+    for observation in observations:
+        inputs = {"observation": tf.constant(observation)}
+        outputs = serve(**inputs, **({} if state is None else {"state": state}))
+        actions.append(outputs["action"].numpy())
+        state = outputs.get("state")
+    state = {} if state_spec is None else {"state": tf.zeros_like(state)}
+    sampled = sample(observation=tf.constant(observations[0]), **state)["action"].numpy()
+    np.savez(f"{directory}/served.npz", actions=np.stack(actions), sampled=sampled)
+assert "batchrl" not in sys.modules
 import tf2onnx.convert
-model, outdir, recurrent = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-for key in ("serving_default", "sample"):
-    sys.argv = ["tf2onnx.convert", "--saved-model", model, "--signature_def", key,
-                "--output", f"{outdir}/{key}.onnx"]
-    sys.argv += ["--rename-outputs", "action,next_state"] if recurrent else []
-    try:
-        tf2onnx.convert.main()
-    except Exception:
-        print(f"{key}: " + traceback.format_exc(), file=sys.stderr)
+for directory in sys.argv[1:]:
+    recurrent = "state" in tf.saved_model.load(f"{directory}/model").signatures[
+        "serving_default"].structured_input_signature[1]
+    for key in ("serving_default", "sample"):
+        sys.argv = ["tf2onnx.convert", "--saved-model", f"{directory}/model",
+                    "--signature_def", key, "--output", f"{directory}/onnx/{key}.onnx"]
+        sys.argv += ["--rename-outputs", "action,next_state"] if recurrent else []
+        try:
+            tf2onnx.convert.main()
+        except Exception:
+            print(f"{directory} {key}: " + traceback.format_exc(), file=sys.stderr)
 """
 
 
@@ -60,12 +84,12 @@ def _observations(space, random, count):
     return random.normal(2.0, 3.0, (count, *space.shape)).astype(np.float32)
 
 
-@pytest.fixture(scope="module", params=sorted(POLICIES))
-def exported(request, tmp_path_factory):
-    """An agent trained for one update on random data, its mean actions for `STEPS` steps
-    of fresh observations, its policy's distribution parameters for the first observation
-    (the reference of sampled actions), and its SavedModel."""
-    network, observation_space, action_space = POLICIES[request.param]
+def _export(name, directory):
+    """An agent of the policy `name` trained for one update on random data, its mean actions
+    for `STEPS` steps of fresh observations, its policy's distribution parameters for the
+    first observation (the reference of sampled actions), and its SavedModel in
+    `directory / "model"`."""
+    network, observation_space, action_space = POLICIES[name]
     agent = Agent.create(dict(SMALL), observation_space, action_space, num_envs=NUM_ENVS,
                          network=network)
     random = np.random.default_rng(0)
@@ -80,25 +104,30 @@ def exported(request, tmp_path_factory):
     algo = agent._algo
     normalized = algo.checkpoint_state["observ_filter"].transform(observations[0][:1])
     params, _ = algo.networks.policy(normalized[:, None], tf.zeros([1, algo.state_size]))
-    directory = tmp_path_factory.mktemp(request.param) / "model"
-    agent.export(directory)
-    return {"name": request.param, "directory": directory, "observations": observations,
-            "actions": actions, "state_size": algo.state_size, "action_space": action_space,
+    agent.export(directory / "model")
+    np.save(directory / "observations.npy", np.stack(observations))
+    return {"name": name, "directory": directory / "model", "root": directory,
+            "observations": observations, "actions": actions, "state_size": algo.state_size,
+            "action_space": action_space,
             "params": {key: value.numpy()[0, 0] for key, value in params.items()}}
 
 
 @pytest.fixture(scope="module")
-def onnx_models(exported, tmp_path_factory):
-    """The directory of `serving_default.onnx` and `sample.onnx`, as tf2onnx converts
-    them, and its messages."""
-    outdir = tmp_path_factory.mktemp(exported["name"] + "_onnx")
+def exported_models(tmp_path_factory):
+    """`_export` of each policy of `POLICIES`, by name."""
+    return {name: _export(name, tmp_path_factory.mktemp(name)) for name in sorted(POLICIES)}
+
+
+@pytest.fixture(scope="module")
+def served_and_converted(exported_models):
+    """Runs `_SERVE_AND_CONVERT` on all the models; its messages."""
     result = subprocess.run(
-        [sys.executable, "-c", _TF2ONNX, str(exported["directory"]), str(outdir),
-         "1" if exported["state_size"] else "0"],
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", _SERVE_AND_CONVERT,
+         *(str(exported["root"]) for exported in exported_models.values())],
+        capture_output=True, text=True, timeout=600,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stderr[-3000:]
-    return outdir, result.stderr
+    return result.stderr
 
 
 def _tflite(exported, key):
@@ -116,13 +145,13 @@ def _tflite(exported, key):
     return lambda inputs: serve(**inputs)
 
 
-def _onnx(exported, onnx_models, key):
+def _onnx(exported, messages, key):
     """The ONNX model of signature `key` in ONNX Runtime, as `_tflite`'s function (its
-    output `next_state` named `state` again)."""
-    outdir, messages = onnx_models
-    assert (outdir / f"{key}.onnx").exists(), messages[-3000:]
+    output `next_state` named `state` again); `messages`: those of tf2onnx."""
+    path = exported["root"] / "onnx" / f"{key}.onnx"
+    assert path.exists(), messages[-3000:]
     session = onnxruntime.InferenceSession(
-        str(outdir / f"{key}.onnx"), providers=["CPUExecutionProvider"])
+        str(path), providers=["CPUExecutionProvider"])
     recurrent = bool(exported["state_size"])
     assert {node.name for node in session.get_inputs()} == (
         {"observation", "state"} if recurrent else {"observation"})
@@ -147,7 +176,7 @@ def _model(runtime, exported, request, key):
     if runtime == "tflite":
         return _tflite(exported, key)
     if runtime == "onnx":
-        return _onnx(exported, request.getfixturevalue("onnx_models"), key)
+        return _onnx(exported, request.getfixturevalue("served_and_converted"), key)
     return _savedmodel(exported, key)
 
 
@@ -159,9 +188,25 @@ def _inputs(exported, observation, state=None):
     return inputs
 
 
-@pytest.mark.parametrize("runtime", ["tflite", "onnx"])
-def test_converted_mean_actions_equal_the_agents(exported, runtime, request):
-    serve = _model(runtime, exported, request, "serving_default")
+@pytest.mark.parametrize("runtime", ["savedmodel", "tflite", "onnx"])
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_converted_mean_actions_equal_the_agents(exported_models, name, runtime, request):
+    """The SavedModel's (`runtime` savedmodel) served in a process that never imports
+    batchrl; the converted ones here."""
+    exported = exported_models[name]
+    if runtime == "savedmodel":
+        request.getfixturevalue("served_and_converted")
+        with np.load(exported["root"] / "served.npz") as served:
+            actions, sampled = served["actions"], served["sampled"]
+        assert sampled.shape == actions[0].shape and sampled.dtype == actions.dtype
+        if name != "categorical":
+            assert not np.allclose(sampled, actions[0]), "sample draws from the policy"
+        actions = iter(actions)
+
+        def serve(inputs):
+            return {"action": next(actions)}
+    else:
+        serve = _model(runtime, exported, request, "serving_default")
     state = None
     for step, observation in enumerate(exported["observations"]):
         outputs = serve(_inputs(exported, observation, state))
@@ -173,12 +218,14 @@ def test_converted_mean_actions_equal_the_agents(exported, runtime, request):
 
 
 @pytest.mark.parametrize("runtime", ["savedmodel", "tflite", "onnx"])
-def test_sampled_actions_follow_the_policy(exported, runtime, request):
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_sampled_actions_follow_the_policy(exported_models, name, runtime, request):
     """`DRAWS` sampled actions of one observation (the recurrent policy's from the zero
     state) against the policy's distribution: a categorical's frequencies against
     softmax(logits) within 0.03 (4 standard errors); a Gaussian's quartiles, mapped back
     from the action bounds to [-1, 1], against mean + z std (z = 0, +-0.674) within 0.1 std
     (4.6 standard errors). A second call draws anew."""
+    exported = exported_models[name]
     sample = _model(runtime, exported, request, "sample")
     observation = np.repeat(exported["observations"][0][:1], DRAWS, 0)
     first = sample(_inputs(exported, observation))["action"]
