@@ -192,8 +192,8 @@ SCORE = re.compile(r"eval(?: return)? [-−≥>=\s]*\d|\d at \d[\d.,]*[kM]\b|\d 
 
 @pytest.mark.parametrize("name", configs.available())
 def test_shipped_config_comments_say_why_not_what_it_scored(name):
-    comments = [line.split("#", 1)[1] for line in (configs.CONFIG_DIR / f"{name}.yaml").read_text().splitlines()
-                if "#" in line]
+    text = (configs.CONFIG_DIR / f"{name}.yaml").read_text()
+    comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
     scores = [comment.strip() for comment in comments if SCORE.search(comment)]
     assert not scores, f"configs/{name}.yaml: {scores}"
 
