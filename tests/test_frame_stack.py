@@ -58,7 +58,9 @@ def test_stacks_each_agents_last_frames_across_episode_ends():
         for index, env in enumerate(envs):
             new = env.observations[seen[index]:]
             seen[index] = len(env.observations)
-            if len(new) == 2:  # The agent began an episode: its stack is the first frame.
+            # The agent began an episode (also at the first step, which `simulate` resets
+            # every agent for): its stack is filled with the first frame.
+            if len(new) == 2:
                 began += 1
                 stacks[index] = [new[0]] * FRAMES
             before = np.concatenate(stacks[index], -1)
@@ -81,14 +83,6 @@ def test_stacks_each_agents_last_frames_across_episode_ends():
             assert bool(episodes["done"][index, stored]) == done
             finals += done
     assert finals >= 2  # Agent 0's episodes of 2 steps end at steps 8 and 10.
-
-
-def test_simulate_resets_fill_the_stack_with_the_first_frame():
-    envs, batch_env, _, run = _setup([(4, 4)])
-    run(False, False)
-    first = envs[0].observations[0]
-    np.testing.assert_array_equal(batch_env.observ.numpy()[0, ..., :FRAMES - 1],
-                                  np.concatenate([first] * (FRAMES - 1), -1))
 
 
 @pytest.mark.parametrize("steps, message", [

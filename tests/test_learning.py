@@ -3,7 +3,11 @@ an in-graph task compiled with XLA must end far above a random policy's return.
 
 Random policies score about -1,200 on Pendulum and 22 on CartPole; each threshold is far
 above that and well below what the run reaches (docs/results.md has the full runs).
-Longer learning runs belong to `batchrl-benchmark`, not here.
+Longer learning runs belong to `batchrl-benchmark`, not here: the recurrent PPO policy
+(`batchrl-benchmark --configs pendulum_recurrent`) and TRPO (`--configs pendulum_trpo`),
+whose updates are checked against NumPy by tests/test_ppo_data_flow.py (chunks replayed
+from the stored states), tests/test_trpo_a2c.py and tests/test_optimizers.py (the surrogate,
+the natural gradient step within its KL bound).
 """
 
 import pathlib
@@ -34,20 +38,6 @@ def _final_eval(tmp_path, config, sets):
     return logdir, scores[-1].value
 
 
-def test_recurrent_ppo_learns_pendulum(tmp_path):
-    # A GRU policy trained on chunks replayed from stored states: about -180 at 16k steps.
-    _, score = _final_eval(tmp_path, "pendulum_native",
-                           ["network=recurrent_gaussian", "steps=16000"])
-    assert score >= -400
-
-
-def test_trpo_learns_pendulum(tmp_path):
-    # About -230 at 30k steps (-720 at 20k).
-    _, score = _final_eval(tmp_path, "pendulum_trpo", NATIVE_PENDULUM + [
-        "steps=30000", "eval_every=10000"])
-    assert score >= -600
-
-
 def test_a2c_learns_cartpole(tmp_path):
     # 190 at 30k steps (500, the episode limit, on other seeds).
     _, score = _final_eval(tmp_path, "cartpole_a2c", NATIVE_CARTPOLE + [
@@ -56,21 +46,19 @@ def test_a2c_learns_cartpole(tmp_path):
 
 
 def test_reinforce_of_build_algorithm_learns_cartpole(tmp_path, monkeypatch):
-    # docs/algorithms.md's example algorithm: about 400 at 20k steps.
+    # docs/algorithms.md's example algorithm: 390 at 15k steps (seed 0; 167 at 10k).
     monkeypatch.syspath_prepend(str(EXAMPLES))
     monkeypatch.delitem(sys.modules, "reinforce", raising=False)
     _, score = _final_eval(tmp_path, EXAMPLES / "reinforce.yaml", NATIVE_CARTPOLE + [
-        "steps=20000", "eval_every=10000"])
+        "steps=15000", "eval_every=5000"])
     assert score >= 150
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_ppo_learns_pendulum(tmp_path, normalize):
-    # About -170 at 16k steps; without normalization, where the policy sees raw
-    # observations and the update raw rewards, about -185.
-    flag = str(normalize).lower()
-    logdir, score = _final_eval(tmp_path, "pendulum_native", [
-        "steps=16000", f"normalize_observ={flag}", f"normalize_reward={flag}"])
+def test_ppo_learns_pendulum(tmp_path):
+    # -186 / -251 at 12k steps (seeds 0 / 1), -172 at 16k (seed 0). The observation and
+    # reward normalizers' running statistics of the run, restored from its checkpoint,
+    # change both (without normalization they leave them as they are: tests/test_ppo.py).
+    logdir, score = _final_eval(tmp_path, "pendulum_native", ["steps=12000"])
     assert score >= -400
     config, checkpoint = find_run(logdir)
     built = build.build(config, environments.create_batch(config))
@@ -79,18 +67,15 @@ def test_ppo_learns_pendulum(tmp_path, normalize):
     reward = tf.constant([-1.0, -4.0, -9.0])
     observ_filtered = built.algo._observ_filter.transform(observ).numpy()
     reward_filtered = built.algo._reward_filter.transform(reward).numpy()
-    if normalize:  # The running statistics of the run change both.
-        assert np.abs(observ_filtered - observ.numpy()).max() > 0.1
-        assert np.abs(reward_filtered - reward.numpy()).max() > 0.1
-    else:
-        np.testing.assert_array_equal(observ_filtered, observ.numpy())
-        np.testing.assert_array_equal(reward_filtered, reward.numpy())
+    assert np.abs(observ_filtered - observ.numpy()).max() > 0.1
+    assert np.abs(reward_filtered - reward.numpy()).max() > 0.1
 
 
 @pytest.mark.parametrize("blank, reaches", [(None, True), ("image", False)])
 def test_the_multimodal_task_is_learned_only_with_both_entries(tmp_path, blank, reaches):
     # One layer list per observation entry (a convolution on the image, a dense layer on
-    # the cue): 20 of 20 at 10k steps; with the image blanked, chance (about 10).
-    sets = ["steps=10000"] + ([f"env_kwargs={{blank: {blank}}}"] if blank else [])
+    # the cue): 20 of 20 at 2k steps, two updates (seed 0); with the image blanked,
+    # chance (about 10; 9.9-10.9 at 30k steps, docs/results.md).
+    sets = ["steps=2000"] + ([f"env_kwargs={{blank: {blank}}}"] if blank else [])
     _, score = _final_eval(tmp_path, "image_and_cue", sets)
     assert (score >= 18) == reaches, score

@@ -115,9 +115,10 @@ def test_twin_q_heads_are_independent_networks():
     np.testing.assert_allclose(values[1], h[:, 0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls", [SAC, TD3])
-@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (2, 3, 4)])
+@pytest.mark.parametrize("cls, observ_shape", [(SAC, (1,)), (TD3, (2, 3, 4))])
 def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, observ_shape):
+    # Both flatten observations with the same code (`q_networks`); SAC on (2, 3): the
+    # `sac_on_mock` fixture.
     batch_env = _mock(observ_shape)
     algo = _build(cls, batch_env)
     run = _run(batch_env, algo)
@@ -130,6 +131,55 @@ def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, ob
     assert int(algo.updates.numpy()) == 60 - 6
     after = algo.networks.policy.trainable_variables
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+
+
+@pytest.fixture(scope="module")
+def sac_on_mock():
+    """SAC on three MockEnvironments of (2, 3) observations, updating from the first
+    transition at 0.4 updates per agent step, with a target entropy far above the policy's
+    and a fast temperature: what 10 training calls did, then what eval mode does (the
+    greedy action and the one performed for the same observations; 5 more calls)."""
+    batch_env = _mock((2, 3))
+    algo = _build(SAC, batch_env, updates_per_step=0.4, learning_starts=0,
+                  target_entropy=50.0, policy_lr=0.01)
+    run = _run(batch_env, algo)
+    result = {"policy_before": [v.numpy().copy() for v in algo.networks.policy.variables]}
+    for _ in range(10):
+        _, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
+    result.update(
+        updates=int(algo.updates.numpy()), size=int(algo.memory.size.numpy()),
+        update_debt=float(algo.checkpoint_state["update_debt"].numpy()),
+        temperature=float(tf.exp(algo.checkpoint_state["log_temperature"]).numpy()),
+        policy_after=[v.numpy().copy() for v in algo.networks.policy.variables])
+    algo._is_training.assign(False)
+    observ = tf.constant(batch_env.observ.numpy())
+    result["greedy"] = algo.policy_action(observ, tf.zeros([3, 0]))[0].numpy()
+    result["performed"] = algo.perform(tf.range(3), observ).numpy()
+    for _ in range(5):
+        run(False, False)
+    result["eval_size"] = int(algo.memory.size.numpy())
+    result["eval_updates"] = int(algo.updates.numpy())
+    return result
+
+
+def test_fractional_replay_ratio_carries_its_remainder(sac_on_mock):
+    assert sac_on_mock["size"] == 30
+    assert sac_on_mock["updates"] == 12  # floor(30 * 0.4)
+    np.testing.assert_allclose(sac_on_mock["update_debt"], 0.0, atol=1e-5)
+    assert any(not np.allclose(a, b) for a, b in zip(
+        sac_on_mock["policy_before"], sac_on_mock["policy_after"], strict=True))
+
+
+def test_eval_mode_acts_greedily_and_stores_nothing(sac_on_mock):
+    np.testing.assert_allclose(sac_on_mock["performed"], sac_on_mock["greedy"])
+    assert (sac_on_mock["eval_size"], sac_on_mock["eval_updates"]) == (
+        sac_on_mock["size"], sac_on_mock["updates"])
+
+
+def test_sac_learns_the_temperature_towards_the_target_entropy(sac_on_mock):
+    """With a target entropy far above the policy's, the temperature rises."""
+    assert sac_on_mock["temperature"] > 1.0
 
 
 def test_dqn_trains_on_cartpole_without_crash():
@@ -147,34 +197,6 @@ def test_dqn_trains_on_cartpole_without_crash():
     assert int(algo.updates.numpy()) % 2 == 0
     for t, o in zip(target.variables, q.variables, strict=True):
         np.testing.assert_allclose(t.numpy(), o.numpy())
-
-
-def test_fractional_replay_ratio_carries_its_remainder():
-    batch_env = _mock((3,), count=3)
-    algo = _build(SAC, batch_env, updates_per_step=0.4, learning_starts=0)
-    run = _run(batch_env, algo)
-    for _ in range(10):
-        run(False, False)
-    assert int(algo.updates.numpy()) == 12  # floor(30 * 0.4)
-    np.testing.assert_allclose(float(algo.checkpoint_state["update_debt"].numpy()), 0.0,
-                               atol=1e-5)
-
-
-def test_eval_mode_acts_greedily_and_stores_nothing():
-    batch_env = _mock((3,))
-    algo = _build(SAC, batch_env)
-    run = _run(batch_env, algo)
-    for _ in range(5):
-        run(False, False)
-    algo._is_training.assign(False)
-    size, updates = int(algo.memory.size.numpy()), int(algo.updates.numpy())
-    observ = tf.constant(batch_env.observ.numpy())
-    greedy, _ = algo.policy_action(observ, tf.zeros([3, 0]))
-    performed = algo.perform(tf.range(3), observ)
-    np.testing.assert_allclose(performed.numpy(), greedy.numpy())
-    for _ in range(5):
-        run(False, False)
-    assert (int(algo.memory.size.numpy()), int(algo.updates.numpy())) == (size, updates)
 
 
 def _cartpole(count=2):
@@ -196,47 +218,34 @@ def test_update_compiled_with_xla_trains_as_without():
         tf.keras.utils.set_random_seed(5)
         batch_env = _cartpole()
         algo = _build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+        initial = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
         run = _run(batch_env, algo)
         for _ in range(6):
             run(False, False)
         diagnostics = algo._update(tf.constant(2))
         weights = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
-        results.append(({k: float(v) for k, v in diagnostics.items()}, weights))
-    (plain, plain_weights), (compiled, compiled_weights) = results
+        results.append(({k: float(v) for k, v in diagnostics.items()}, initial, weights))
+    (plain, initial, plain_weights), (compiled, _, compiled_weights) = results
     for key in ("loss", "q"):
         np.testing.assert_allclose(compiled[key], plain[key], rtol=1e-4, err_msg=key)
     difference = np.abs(compiled_weights - plain_weights)
     assert (difference < 1e-5).mean() > 0.95 and difference.max() < 4.5e-3
-    assert np.abs(plain_weights - _initial_dqn_weights()).max() > 1e-4, "it trained"
+    assert np.abs(plain_weights - initial).max() > 1e-4, "it trained"
 
 
-def _initial_dqn_weights():
-    tf.keras.utils.set_random_seed(5)
-    algo = _build(DQN, _cartpole())
-    return np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
-
-
-@pytest.mark.parametrize("cls", [SAC, TD3])
-def test_whole_call_compiles_with_xla_on_in_graph_pendulum(cls):
+def test_whole_call_compiles_with_xla_on_in_graph_pendulum():
+    """TD3's whole training call (acting, storing, its delayed updates) in one XLA program
+    stores and updates as counted. SAC's whole call is compiled by its learning test
+    (tests/test_off_policy_learning.py, `jit_step`)."""
     env = Pendulum(4, max_episode_steps=20, seed=0)
-    algo = cls(env, tf.Variable(0, dtype=tf.int64), tf.Variable(True), tf.Variable(False),
-               _config(cls.name, learning_starts=16))
+    algo = TD3(env, tf.Variable(0, dtype=tf.int64), tf.Variable(True), tf.Variable(False),
+               _config("td3", learning_starts=16))
     function = step_function(env, algo, steps_per_call=10, jit_compile=True)
     function(tf.constant(False), tf.constant(True), tf.constant(10))
     function(tf.constant(False), tf.constant(False), tf.constant(10))
     assert int(algo.memory.size.numpy()) == 64
     # 80 transitions; from the 4th batch step on (16 stored) one update per transition.
     assert int(algo.updates.numpy()) == 80 - 12
-
-
-def test_sac_learns_the_temperature_towards_the_target_entropy():
-    """With a target entropy far above the policy's, the temperature rises."""
-    batch_env = _mock((3,))
-    algo = _build(SAC, batch_env, target_entropy=50.0, policy_lr=0.01)
-    run = _run(batch_env, algo)
-    for _ in range(10):
-        run(False, False)
-    assert float(tf.exp(algo.checkpoint_state["log_temperature"]).numpy()) > 1.0
 
 
 def test_configuration_errors_name_the_key():
@@ -268,10 +277,10 @@ def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
     before = kernel.numpy().copy()
     assert not {id(v) for v in q.variables} & {id(v) for v in target.variables}
     run = _run(built.batch_env, algo)
-    for _ in range(20):
+    for _ in range(8):
         _, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
-    assert int(algo.updates.numpy()) == 60 - 6
+    assert int(algo.updates.numpy()) == 24 - 6  # From the 8th transition on.
     assert not np.allclose(before, kernel.numpy())
 
 
@@ -296,7 +305,7 @@ def test_sac_and_td3_train_declared_convolutions_of_their_own(algorithm):
     assert len(every) == len(set(every)), "no torso is shared"
     before = {key: [v.numpy().copy() for v in group] for key, group in kernels.items()}
     run = _run(built.batch_env, algo)
-    for _ in range(20):
+    for _ in range(8):
         _, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
     for key in ("policy", "critic"):  # Both Q functions' convolutions learn.

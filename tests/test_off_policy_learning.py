@@ -39,41 +39,44 @@ def _train_returns(tmp_path):
 
 def test_dqn_learns_cartpole_and_explores_less_as_it_learns(tmp_path):
     """cartpole_dqn's update (3-step double-Q targets, a target network copied every 250
-    updates, the Huber loss) with a [64, 64] network on 200-step episodes, 20k steps:
-    final eval 180.8 / 196.8 / 200.0, last train return 194.2 / 196.8 / 200.0 (seeds 0 /
-    1 / 2; 20 s under pytest on the shared 2 cores).
+    updates, the Huber loss) with a [64, 64] network on 200-step episodes, 10k steps
+    (epsilon reaches its final 0.04 at 8k): final eval 192.9 / 180.8, last train return
+    191.4 / 171.8 (seeds 0 / 1; at 20k steps: eval 180.8 / 196.8 / 200.0, train return
+    194.2 / 196.8 / 200.0, seeds 0 / 1 / 2).
 
-    Caught: targets from the online network (eval 9.2-9.6 at every eval, seeds 0 and 1;
-    train return 9.5, seed 1); epsilon's schedule reversed, rising to 1 (train return 21.3 /
-    21.1, a random policy's; the greedy eval, learned off-policy from those steps, ends at
-    139.9 / 198.1). Not caught: the squared loss in place of Huber's (eval 200.0 at every
-    eval, seed 0)."""
+    Caught (at 20k steps): targets from the online network (eval 9.2-9.6 at every eval,
+    seeds 0 and 1; train return 9.5, seed 1); epsilon's schedule reversed, rising to 1
+    (train return 21.3 / 21.1, a random policy's; the greedy eval, learned off-policy from
+    those steps, ends at 139.9 / 198.1). Not caught: the squared loss in place of Huber's
+    (eval 200.0 at every eval, seed 0)."""
     scores = _evals(tmp_path, "cartpole_dqn", NATIVE_CARTPOLE + [
-        "value_layers=[64,64]", "value_lr=0.001", "max_length=200", "steps=20000",
+        "value_layers=[64,64]", "value_lr=0.001", "max_length=200", "steps=10000",
         "eval_every=5000", "log_every=2500"])
     assert scores[-1] >= 150, scores
     assert _train_returns(tmp_path)[-1] >= 150
 
 
 def test_sac_learns_pendulum(tmp_path):
-    """pendulum_sac's settings, 6k steps: final eval -131.4 / -173.5 / -204.4 (seeds 0 / 1
-    / 2; 30-37 s under pytest on the shared 2 cores).
+    """pendulum_sac's settings, 5k steps, one eval at the end: final eval -167.2 / -156.8
+    (seeds 0 / 1; at 6k steps, evals every 2k: -131.4 / -173.5 / -204.4, seeds 0 / 1 / 2).
 
-    Caught: the entropy term's sign flipped in the actor's loss (-1,415.4 / -1,556.7, seeds
-    0 and 1). Not caught: the max of the twin target Qs in place of their min (-130.2 /
-    -171.7) and the entropy term's sign flipped in the critic's target (-131.1 / -172.2)."""
+    Caught (at 6k steps): the entropy term's sign flipped in the actor's loss (-1,415.4 /
+    -1,556.7, seeds 0 and 1). Not caught: the max of the twin target Qs in place of their
+    min (-130.2 / -171.7) and the entropy term's sign flipped in the critic's target
+    (-131.1 / -172.2)."""
     scores = _evals(tmp_path, "pendulum_sac", NATIVE_PENDULUM + [
-        "steps=6000", "eval_every=2000"])
+        "steps=5000", "eval_every=5000"])
     assert scores[-1] >= -400, scores
 
 
 def test_td3_learns_pendulum(tmp_path):
-    """pendulum_sac's settings with TD3, 10k steps: final eval -188.5 / -179.8 / -252.5
-    (seeds 0 / 1 / 2; 36-49 s under pytest on the shared 2 cores).
+    """pendulum_sac's settings with TD3, 8k steps, one eval at the end: final eval -180.1 /
+    -142.4 (seeds 0 / 1; at 10k steps, evals every 2k: -188.5 / -179.8 / -252.5, seeds 0 / 1
+    / 2).
 
-    Caught: no target networks, the targets from the online actor and critics (-1,565.3 /
-    -1,198.6, seeds 0 and 1). Not caught: no policy delay, the actor and the targets moved
-    at every critic update (-198.8 / -183.3)."""
+    Caught (at 10k steps): no target networks, the targets from the online actor and
+    critics (-1,565.3 / -1,198.6, seeds 0 and 1). Not caught: no policy delay, the actor
+    and the targets moved at every critic update (-198.8 / -183.3)."""
     scores = _evals(tmp_path, "pendulum_sac", NATIVE_PENDULUM + [
-        "algorithm=td3", "steps=10000", "eval_every=2000"])
+        "algorithm=td3", "steps=8000", "eval_every=8000"])
     assert scores[-1] >= -500, scores

@@ -12,9 +12,12 @@ import tensorflow as tf
 
 from batchrl.scripts import train
 
+# Tiny networks, one eval episode, and the update left to TensorFlow (pendulum_sac compiles
+# it with XLA, which would take longer than these short runs train).
 SMALL = ["--set", "policy_layers=[16]", "--set", "value_layers=[16]", "--set", "num_agents=2",
          "--set", "eval_every=400", "--set", "eval_episodes=1", "--set", "learning_starts=100",
-         "--set", "replay_capacity=100000", "--set", "batch_size=16", "--no-progress"]
+         "--set", "replay_capacity=100000", "--set", "batch_size=16", "--set",
+         "jit_update=false", "--no-progress"]
 
 
 def _replay(checkpoint):
@@ -62,55 +65,51 @@ def _variables(checkpoint):
 
 
 def test_save_replay_keeps_the_memory_once_and_a_resumed_run_gets_it_back(tmp_path, capsys):
-    """Three checkpoints kept, one replay: that of the latest, which a resumed run restores
+    """Two checkpoints kept, one replay: that of the latest, which a resumed run restores
     before it trains on (and the next save replaces)."""
     logdir = tmp_path / "run"
     args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "save_replay=true",
             *SMALL]
-    assert train.main([*args, "--set", "steps=1200"]) == 0
+    assert train.main([*args, "--set", "steps=800"]) == 0
     checkpoints = sorted(path.name for path in logdir.glob("ckpt-*.index"))
-    assert checkpoints == [f"ckpt-{step}.index" for step in (1200, 400, 800)]
+    assert checkpoints == [f"ckpt-{step}.index" for step in (400, 800)]
     for name in checkpoints:
         names = _variables(logdir / name.removesuffix(".index"))
         assert "critic/_output/bias/.ATTRIBUTES/VARIABLE_VALUE" in names
         assert not [key for key in names if key.startswith("replay/")], name
     assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
-        "ckpt-1200.data-00000-of-00001", "ckpt-1200.index"]
-    assert _variables(logdir / "replay" / "ckpt-1200")[
+        "ckpt-800.data-00000-of-00001", "ckpt-800.index"]
+    assert _variables(logdir / "replay" / "ckpt-800")[
         "replay/storage/observ/.ATTRIBUTES/VARIABLE_VALUE"] == [100001, 3]
-    rows, stored = _replay(logdir / "replay" / "ckpt-1200")
-    assert rows == 1200  # One transition per training step.
+    rows, stored = _replay(logdir / "replay" / "ckpt-800")
+    assert rows == 800  # One transition per training step.
 
     capsys.readouterr()
-    assert train.main([*args, "--set", "steps=1600"]) == 0
-    assert (f"Replay memory: 1,200 transitions from {logdir / 'replay' / 'ckpt-1200'}."
+    assert train.main([*args, "--set", "steps=1200"]) == 0
+    assert (f"Replay memory: 800 transitions from {logdir / 'replay' / 'ckpt-800'}."
             in capsys.readouterr().out)
     assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
-        "ckpt-1600.data-00000-of-00001", "ckpt-1600.index"]
-    final_rows, final = _replay(logdir / "replay" / "ckpt-1600")
-    assert final_rows == 1600  # Not 400: the resumed run went on from the 1,200 it had.
+        "ckpt-1200.data-00000-of-00001", "ckpt-1200.index"]
+    final_rows, final = _replay(logdir / "replay" / "ckpt-1200")
+    assert final_rows == 1200  # Not 400: the resumed run went on from the 800 it had.
     for key, value in stored.items():
         np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
 
 
-def test_without_save_replay_the_checkpoint_holds_no_memory(tmp_path):
-    logdir = tmp_path / "run"
-    assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
-                       *SMALL]) == 0
-    assert _replay(logdir / "ckpt-400") is None
-    assert not (logdir / "replay").exists()
-    names = tf.train.load_checkpoint(str(logdir / "ckpt-400")).get_variable_to_shape_map()
-    assert any(name.startswith("target_critic/") for name in names)
-
-
-def test_sac_on_a_dict_observation_trains_and_exports(tmp_path):
+def test_sac_on_a_dict_observation_trains_and_exports_without_saving_its_memory(tmp_path):
     """Nested observations arrive flattened; the exported SAC actor takes the named leaves
     and serves the deterministic action of the policy restored from the checkpoint, mapped
-    from [-1, 1] onto Pendulum's torque bounds; its `sample` draws around it."""
+    from [-1, 1] onto Pendulum's torque bounds; its `sample` draws around it. The run has no
+    `save_replay`: its checkpoint holds the networks and no replay memory, and there is no
+    RUN/replay/."""
     logdir = tmp_path / "run"
     assert train.main(["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=400",
                        "--set", "env=batchrl.environments.nested_tasks:DictPendulum",
                        "--set", "max_length=200", *SMALL]) == 0
+    assert _replay(logdir / "ckpt-400") is None
+    assert not (logdir / "replay").exists()
+    names = tf.train.load_checkpoint(str(logdir / "ckpt-400")).get_variable_to_shape_map()
+    assert any(name.startswith("target_critic/") for name in names)
     from batchrl.scripts import export
     assert export.main([f"--logdir={logdir}", f"--outdir={tmp_path / 'model'}"]) == 0
     model = tf.saved_model.load(str(tmp_path / "model"))

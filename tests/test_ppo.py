@@ -26,9 +26,13 @@ def _config(**overrides):
 
 
 def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrides):
+    """PPO in `simulate` over MockEnvironments of episodes of `durations` steps (`(low,
+    high)` each); `truncate`: whether their episodes end truncated, for all or per
+    environment."""
     tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
-    envs = [MockEnvironment(observ_shape, action_shape, low, high, truncate=truncate)
-            for low, high in durations]
+    truncates = truncate if isinstance(truncate, list) else [truncate] * len(durations)
+    envs = [MockEnvironment(observ_shape, action_shape, low, high, truncate=cut)
+            for (low, high), cut in zip(durations, truncates, strict=True)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
@@ -44,7 +48,7 @@ def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrid
     return batch_env, algo, is_training, run
 
 
-@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (2, 3, 4)])
+@pytest.mark.parametrize("observ_shape", [(1,), (2, 3, 4)])  # (2, 3): the recurrent tests.
 def test_trains_without_crash_on_observation_shapes(observ_shape):
     batch_env, algo, _, run = _setup(observ_shape, [(1, 12), (3, 5), (2, 9)])
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
@@ -79,16 +83,23 @@ def test_eval_mode_acts_with_the_mean_and_records_nothing():
     assert int(algo._episodes.length.numpy().sum()) == 0
 
 
-@pytest.mark.parametrize("truncate", [False, True])
-def test_records_whether_episodes_terminated_or_were_truncated(truncate):
-    _, algo, _, run = _setup((2,), [(3, 3), (5, 5)], truncate=truncate, update_every=50)
+def test_records_whether_episodes_terminated_or_were_truncated():
+    """Agent 0's episodes terminate, agent 1's are truncated. The run has no normalization
+    (`normalize_observ` and `normalize_reward` false): its filters leave observations and
+    rewards as they are (a run with them moves both: tests/test_learning.py)."""
+    _, algo, _, run = _setup((2,), [(3, 3), (5, 5)], truncate=[False, True], update_every=50,
+                             normalize_observ=False, normalize_reward=False)
     for _ in range(5):
         run(False, False)
     memory_terminated = algo._memory_terminated.numpy()
     episodes = int(algo._memory_index.numpy())
-    assert episodes == 2  # Agent 0 finished at step 3, agent 1 at step 5.
-    assert (memory_terminated[:episodes] == (not truncate)).all()
+    assert episodes == 2  # Agent 0 finished at step 3 (terminated), agent 1 at step 5.
+    np.testing.assert_array_equal(memory_terminated[:episodes], [True, False])
     np.testing.assert_array_equal(algo._memory.length.numpy()[:episodes], [3, 5])
+    observ = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32)
+    reward = np.array([-1.0, -4.0, -9.0], np.float32)
+    np.testing.assert_array_equal(algo._observ_filter.transform(observ).numpy(), observ)
+    np.testing.assert_array_equal(algo._reward_filter.transform(reward).numpy(), reward)
 
 
 def test_episodes_that_do_not_fit_the_memory_are_dropped():
@@ -124,18 +135,6 @@ def test_recurrent_state_is_reset_for_exactly_the_agents_that_begin_an_episode()
     np.testing.assert_array_equal(acted_from[0], np.zeros(6))
     np.testing.assert_array_equal(acted_from[1:], before[1:])
     assert not np.allclose(algo._state.numpy()[1:], before[1:]), "the others advanced"
-
-
-def test_recurrent_policy_trains_on_chunks_without_crash():
-    _, algo, _, run = _setup(
-        (2, 3), [(3, 12), (5, 9), (2, 7)], network=recurrent_gaussian, policy_layers=[8, 6],
-        chunk_length=4, batch_size=2)
-    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
-    for _ in range(50):
-        done, score = run(False, False)
-        assert np.isfinite(score.numpy()).all()
-    after = algo.networks.policy.trainable_variables
-    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
 
 
 @pytest.mark.parametrize("kind, state_size", [("gru", 6), ("lstm", 12)])
@@ -192,19 +191,55 @@ def _memory_update(algo):
     return update
 
 
-@pytest.mark.parametrize("reference", ["behaviour", "update_start"])
-def test_kl_is_measured_from_the_configured_reference_policy(reference):
+SCHEDULES = {
+    "linear": dict(lr_schedule="linear", kl_schedule="linear", policy_lr=4e-4,
+                   value_lr=2e-3),
+    "constant": {}}
+
+
+@pytest.fixture(scope="module")
+def scheduled():
+    """`scheduled(kind)`: `(algo, update)`, built once per kind of `SCHEDULES`: PPO
+    with `kl_target` 0.04, `kl_cutoff_coef` 1 and `steps` 1,000, its memory full (episodes
+    of 4 steps, `update_every` 3) and not yet trained on; `update = _memory_update(algo)`.
+    Each call gives back the weights, the KL penalty and the global step of that moment,
+    for each test to begin from. `linear`: both learning rates (4e-4 and 2e-3) and the KL
+    target decay over the steps."""
+    built = {}
+
+    def get(kind):
+        if kind not in built:
+            _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
+                                     kl_target=0.04, kl_cutoff_coef=1.0, **SCHEDULES[kind])
+            _fill_memory(algo, run, 3)
+            networks = (algo.networks.policy, algo.networks.value)
+            weights = [network.get_weights() for network in networks]
+            step = int(algo._step.numpy())
+
+            def reset():
+                for network, values in zip(networks, weights, strict=True):
+                    network.set_weights(values)
+                algo.checkpoint_state["kl_penalty"].assign(1.0)
+                algo._step.assign(step)
+
+            built[kind] = algo, _memory_update(algo), reset
+        algo, update, reset = built[kind]
+        reset()
+        return algo, update
+
+    return get
+
+
+def test_kl_is_measured_from_the_configured_reference_policy(scheduled):
     """With a vanishing learning rate the policy does not move: the KL from the policy at
     the update's start is then 0, the KL from a stale stored behaviour policy is not."""
     _, algo, _, run = _setup((3,), [(3, 3)] * 2, update_every=3, policy_lr=1e-12,
-                             kl_reference=reference)
+                             kl_reference="update_start")
     _fill_memory(algo, run, 3)
-    update = _memory_update(algo)
-    metrics = update(tf.constant(0.5))  # The stored behaviour means are 0.5 off.
-    if reference == "update_start":
-        assert float(metrics["kl"]) < 1e-6
-    else:
-        assert float(metrics["kl"]) > 0.1
+    metrics = _memory_update(algo)(tf.constant(0.5))  # The stored behaviour means are 0.5 off.
+    assert float(metrics["kl"]) < 1e-6
+    _, behaviour = scheduled("constant")  # kl_reference: behaviour, the default.
+    assert float(behaviour(tf.constant(0.5))["kl"]) > 0.1
 
 
 def test_update_compiled_with_xla_trains_as_without():
@@ -240,31 +275,27 @@ def test_whole_call_compiled_with_xla_fills_the_memory_as_without():
     assert iterations[2] == iterations[1] and iterations[3] == 2 * iterations[1]
 
 
-def test_linear_learning_rate_schedule_decays_with_the_global_step():
+def test_linear_learning_rate_schedule_decays_with_the_global_step(scheduled):
     """`lr_schedule: linear`: an update at step s trains with the rates times 1 - s/steps."""
-    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, lr_schedule="linear",
-                             steps=1000, policy_lr=1e-3, value_lr=2e-3)
-    _fill_memory(algo, run, 3)
+    algo, update = scheduled("linear")
     algo._step.assign(250)
-    _memory_update(algo)(tf.constant(0.0))
+    update(tf.constant(0.0))
     policy_rate = float(algo.checkpoint_state["policy_optimizer"].learning_rate.numpy())
     value_rate = float(algo.checkpoint_state["value_optimizer"].learning_rate.numpy())
-    assert policy_rate == pytest.approx(0.75e-3) and value_rate == pytest.approx(1.5e-3)
+    assert policy_rate == pytest.approx(3e-4) and value_rate == pytest.approx(1.5e-3)
 
 
 @pytest.mark.parametrize("schedule, target", [("constant", 0.04), ("linear", 0.01)])
-def test_kl_schedule_scales_the_target_of_the_penalty_and_the_cutoff(schedule, target):
+def test_kl_schedule_scales_the_target_of_the_penalty_and_the_cutoff(
+        scheduled, schedule, target):
     """`kl_schedule: linear`: at step 750 of 1,000 the KL target is a quarter of
     `kl_target`. Stored means shifted by 0.2 standard deviations give a KL of about 0.04
     (two action dimensions): above the linear schedule's cut-off (twice 0.01) and 1.3
     times its target, so every episode is cut off and the penalty grows; inside the
     constant target's band, so neither happens."""
-    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
-                             kl_target=0.04, kl_schedule=schedule, kl_cutoff_coef=1.0)
-    _fill_memory(algo, run, 3)
+    algo, update = scheduled(schedule)
     algo._step.assign(750)
-    shift = 0.2 * algo._config.init_std
-    result = _memory_update(algo)(tf.constant(shift))
+    result = update(tf.constant(0.2 * algo._config.init_std))
     assert float(result["kl_target"]) == pytest.approx(target)
     assert float(result["kl"]) == pytest.approx(0.04, rel=0.2)
     linear = schedule == "linear"
@@ -384,28 +415,26 @@ def test_normalize_value_fits_returns_standardized_by_their_running_statistics(n
         np.testing.assert_allclose(returned, raw, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("step", [0, 500, 900, 950, 1000, 1500, 10_000])
-def test_linear_kl_schedule_holds_a_tenth_of_the_target_from_90_percent_of_steps(step):
+def test_linear_kl_schedule_holds_a_tenth_of_the_target_from_90_percent_of_steps():
     """`kl_schedule: linear` decays `kl_target` with the fraction of `steps` still to train,
     down to `kl_target_floor` (0.1) of it, held from then on, also past `steps` (a resumed
     run, an Agent): the target never reaches 0."""
     _, algo, _, _ = _setup((3,), [(4, 4)], steps=1000, kl_target=0.04,
                            kl_schedule="linear")
-    algo._step.assign(step)
-    expected = 0.04 * max(1.0 - step / 1000, 0.1)
-    assert float(algo._kl_target()) == pytest.approx(expected, rel=1e-6)
-    assert float(algo._kl_target()) >= 0.004 * (1 - 1e-6)
+    for step in (0, 500, 900, 950, 1000, 1500, 10_000):
+        algo._step.assign(step)
+        expected = 0.04 * max(1.0 - step / 1000, 0.1)
+        assert float(algo._kl_target()) == pytest.approx(expected, rel=1e-6), step
+        assert float(algo._kl_target()) >= 0.004 * (1 - 1e-6), step
 
 
-def test_kl_penalty_falls_past_the_end_of_a_linear_kl_schedule():
+def test_kl_penalty_falls_past_the_end_of_a_linear_kl_schedule(scheduled):
     """At and past `steps`, a KL of 0.002 (stored means 0.045 standard deviations off, two
-    action dimensions, a policy that does not move) is below 0.7 times the held target
-    (0.004): the penalty falls by 1.5 at every update. A target of 0 would make every KL
-    too large: the penalty would grow by 1.5 at every update (1.5^8 = 26 after eight)."""
-    _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
-                             kl_target=0.04, kl_schedule="linear", policy_lr=1e-12)
-    _fill_memory(algo, run, 3)
-    update = _memory_update(algo)
+    action dimensions, a policy that does not move: the learning rates are 0 there) is
+    below 0.7 times the held target (0.004): the penalty falls by 1.5 at every update. A
+    target of 0 would make every KL too large: the penalty would grow by 1.5 at every update
+    (1.5^8 = 26 after eight)."""
+    algo, update = scheduled("linear")
     shift = tf.constant(np.sqrt(0.002) * algo._config.init_std, tf.float32)
     penalties, targets = [], []
     for step in (1000, 1000, 1000, 1000, 2000, 2000, 2000, 2000):

@@ -18,15 +18,19 @@ CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "fl
 
 
 def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
+    """PPO on rollouts of 8 steps in `simulate` over MockEnvironments of episodes of
+    `durations` steps (`(low, high)` each); `truncate`: whether their episodes end
+    truncated, for all or per environment."""
     tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
+    truncates = truncate if isinstance(truncate, list) else [truncate] * len(durations)
     kwargs = {}
     if len(observ_shape) == 3:
         kwargs = {"observ_dtype": np.uint8, "num_actions": 3}
         overrides = {"network": CONV, "preprocessing": [{"type": "scale"}],
                      "normalize_observ": False, **overrides}
     envs = [MockEnvironment(observ_shape, () if kwargs else (2,), low, high,
-                            truncate=truncate, **kwargs)
-            for low, high in durations]
+                            truncate=cut, **kwargs)
+            for (low, high), cut in zip(durations, truncates, strict=True)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
@@ -43,62 +47,73 @@ def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
     return batch_env, algo, run
 
 
-@pytest.mark.parametrize("truncate", [False, True])
-def test_rollouts_hold_each_agents_steps_across_its_episode_ends(truncate):
-    batch_env, algo, run = _setup([(3, 3), (5, 5)], truncate=truncate,
+@pytest.fixture(scope="module")
+def filled():
+    """Agent 0's episodes of 3 steps are truncated, agent 1's of 5 terminate; observations
+    are not normalized. What 7 calls stored (`memory`: the rollouts' fields, `next_value`
+    of `_memory_batch`), the observation after each step (`finals`, `[agents, 7, 3]`), the
+    value network's values of those and of the observations acted on (`value_next`,
+    `value_observ`), the policy's weights before (`initial`), after the 7th call (`before`)
+    and after the 8th (`after`), and the rows' lengths after it (`length_after`)."""
+    batch_env, algo, run = _setup([(3, 3), (5, 5)], truncate=[True, False],
                                   normalize_observ=False)
+    policy = algo.networks.policy.trainable_variables
+    result = {"initial": [v.numpy().copy() for v in policy]}
     finals = []
     for _ in range(7):
         run(False, False)
         finals.append(batch_env.observ.numpy().copy())
-    memory = algo._memory.fields
-    np.testing.assert_array_equal(algo._memory.length.numpy(), [7, 7])
-    done = memory["done"].numpy()[:, :7]
+    finals = np.stack(finals, 1)
+    value = algo.networks.value
+    memory = {key: field.numpy().copy() for key, field in algo._memory.fields.items()}
+    result.update(
+        finals=finals, memory=memory, length=algo._memory.length.numpy(),
+        next_value=algo._memory_batch()["next_value"].numpy()[:, :7],
+        value_next=value(tf.constant(finals)).numpy(),
+        value_observ=value(tf.constant(memory["observ"][:, :7])).numpy(),
+        before=[v.numpy().copy() for v in policy])
+    run(False, False)  # The 8th step fills both rows: the update runs and empties them.
+    result.update(length_after=algo._memory.length.numpy(),
+                  after=[v.numpy().copy() for v in policy])
+    return result
+
+
+def test_rollouts_hold_each_agents_steps_across_its_episode_ends(filled):
+    memory = filled["memory"]
+    np.testing.assert_array_equal(filled["length"], [7, 7])
+    done = memory["done"][:, :7]
     np.testing.assert_array_equal(done[0], [0, 0, 1, 0, 0, 1, 0])
     np.testing.assert_array_equal(done[1], [0, 0, 0, 0, 1, 0, 0])
-    np.testing.assert_array_equal(memory["terminated"].numpy()[:, :7], done & (not truncate))
+    # Agent 0's episodes were truncated, agent 1's terminated.
+    np.testing.assert_array_equal(memory["terminated"][:, :7], done * [[0], [1]])
     # The observation after each step: the final one where an episode ended, the next
     # step's observation elsewhere.
-    next_observ, observ = memory["next_observ"].numpy(), memory["observ"].numpy()
-    np.testing.assert_array_equal(next_observ[:, :7], np.stack(finals, 1))
+    next_observ, observ = memory["next_observ"], memory["observ"]
+    np.testing.assert_array_equal(next_observ[:, :7], filled["finals"])
     np.testing.assert_array_equal(next_observ[0, [0, 1, 3, 4]], observ[0, [1, 2, 4, 5]])
     assert not np.allclose(observ[0, 3], next_observ[0, 2])  # A new episode began.
 
 
-def test_next_value_is_the_value_of_the_observation_after_each_step():
+def test_next_value_is_the_value_of_the_observation_after_each_step(filled):
     """The bootstrap value of a rollout's step is V(s') of the observation after it: the
     final observation where an episode ended (not the next episode's first one) and at the
     row's cut, computed here with the value network on the observations seen."""
-    batch_env, algo, run = _setup([(3, 3), (5, 5)], truncate=True, normalize_observ=False)
-    finals = []
-    for _ in range(7):
-        run(False, False)
-        finals.append(batch_env.observ.numpy().copy())
-    finals = np.stack(finals, 1)  # [agents, 7, 3], the observation after each step.
-    value = algo.networks.value
-    next_value = algo._memory_batch()["next_value"].numpy()[:, :7]
-    np.testing.assert_allclose(next_value, value(tf.constant(finals)).numpy(), rtol=1e-5,
-                               atol=1e-6)
+    next_value = filled["next_value"]
+    np.testing.assert_allclose(next_value, filled["value_next"], rtol=1e-5, atol=1e-6)
     # Agent 0's episodes end after steps 2 and 5: its final observations' values are not
     # those of the next episodes' first observations (steps 3 and 6), nor is the value at
     # the cut (step 6) that of the observation step 6 was taken in.
-    observ = algo._memory.fields["observ"].numpy()[:1, :7]
-    current = value(tf.constant(observ)).numpy()[0]
+    current = filled["value_observ"][0]
     for step, other in ((2, 3), (5, 6), (6, 6)):
         assert abs(next_value[0, step] - current[other]) > 1e-4, step
 
 
-def test_the_update_runs_once_every_agent_filled_its_rollout():
-    _, algo, run = _setup([(3, 3), (5, 5)])
-    before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
-    for _ in range(7):
-        run(False, False)
-    unchanged = algo.networks.policy.trainable_variables
-    assert all(np.array_equal(a, b.numpy()) for a, b in zip(before, unchanged, strict=True))
-    run(False, False)  # The 8th step fills both rows: the update runs and empties them.
-    np.testing.assert_array_equal(algo._memory.length.numpy(), [0, 0])
-    after = algo.networks.policy.trainable_variables
-    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
+def test_the_update_runs_once_every_agent_filled_its_rollout(filled):
+    assert all(np.array_equal(a, b)
+               for a, b in zip(filled["initial"], filled["before"], strict=True))
+    np.testing.assert_array_equal(filled["length_after"], [0, 0])  # Emptied by the update.
+    assert any(not np.allclose(a, b)
+               for a, b in zip(filled["initial"], filled["after"], strict=True))
 
 
 def test_a_forced_reset_ends_the_cut_episode_as_truncated():
@@ -111,21 +126,17 @@ def test_a_forced_reset_ends_the_cut_episode_as_truncated():
     np.testing.assert_array_equal(memory["terminated"].numpy()[:, :4], 0)
 
 
-@pytest.mark.parametrize("observ_shape", [(1,), (2, 3), (9, 9, 3)])
-def test_trains_without_crash_on_observation_shapes(observ_shape):
-    batch_env, algo, run = _setup([(1, 12), (3, 5), (2, 9)], observ_shape, chunk_length=1,
+def test_trains_without_crash_on_observations_of_two_axes():
+    # Images (9, 9, 3): the shared-layer tests; (1,) and (2, 3, 4): tests/test_ppo.py.
+    batch_env, algo, run = _setup([(1, 12), (3, 5), (2, 9)], (2, 3), chunk_length=1,
                                   batch_size=5)
-    image = len(observ_shape) == 3
-    assert batch_env.observ.dtype == (tf.uint8 if image else tf.float32)
-    assert algo._memory.fields["observ"].dtype == (tf.uint8 if image else tf.float32)
+    assert batch_env.observ.dtype == algo._memory.fields["observ"].dtype == tf.float32
     before = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
     for _ in range(20):
         done, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
     after = algo.networks.value.trainable_variables
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
-    if image:  # Raw frames: nothing went through the observation normalizer.
-        assert int(algo.checkpoint_state["observ_filter"].count) == 0
 
 
 def test_rollouts_refuse_a_recurrent_policy():
@@ -143,8 +154,11 @@ def _op_count(function, op_type):
 
 @pytest.mark.parametrize("share", [False, True])
 def test_shared_layers_run_once_in_one_joint_step(share):
-    _, algo, run = _setup([(1, 12), (3, 5)], (9, 9, 3), share_layers=share, chunk_length=1,
-                          batch_size=5)
+    """Image observations (uint8 frames of (9, 9, 3), three actions) through a declared
+    convolution, with a torso for each network or one for both."""
+    batch_env, algo, run = _setup([(1, 12), (3, 5)], (9, 9, 3), share_layers=share,
+                                  chunk_length=1, batch_size=5)
+    assert batch_env.observ.dtype == algo._memory.fields["observ"].dtype == tf.uint8
     state = algo.checkpoint_state
     assert ("value_optimizer" in state) is not share
     # The convolution's kernel gradient: once per minibatch step with one torso for both
@@ -154,10 +168,13 @@ def test_shared_layers_run_once_in_one_joint_step(share):
                  "value": algo.networks.value.trainable_variables}
     before = {key: [v.numpy().copy() for v in value] for key, value in variables.items()}
     for _ in range(12):
-        run(False, False)
+        _, score = run(False, False)
+        assert np.isfinite(score.numpy()).all()
     for key, values in variables.items():  # Every kernel and bias of both networks trained.
         for old, new in zip(before[key], values, strict=True):
             assert not np.allclose(old, new.numpy()), new.path
+    # Raw frames: nothing went through the observation normalizer.
+    assert int(state["observ_filter"].count) == 0
 
 
 def test_value_coef_weighs_the_value_loss_in_the_joint_step():
