@@ -1,8 +1,8 @@
-"""A short fault-injection run in CI: a worker killed mid-run; the trainer SIGKILLed after
-its first checkpoint and resumed; the trainer SIGKILLed inside a checkpoint write and
-resumed; an environment whose `reset` raises mid-run; and on the EnvPool backend NaN
-actions, an action outside the action space and `env_kwargs` EnvPool cannot take
-(`python -m benchmarks.faults` does 20 random trials)."""
+"""A short fault-injection run in CI (`--quick`: runs of 1,600 steps): a worker killed
+mid-run; the trainer SIGKILLed after its first checkpoint and resumed; the trainer SIGKILLed
+inside a checkpoint write and resumed; an environment whose `reset` raises mid-run; and on
+the EnvPool backend NaN actions, an action outside the action space and `env_kwargs` EnvPool
+cannot take (`python -m benchmarks.faults` does 20 random trials of 8,000 steps)."""
 
 from benchmarks.faults import evidence
 from benchmarks.faults import injection as fault_injection
@@ -13,17 +13,19 @@ TOTALS = ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
 
 def test_faults_leave_nothing_behind(tmp_path):
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--trials", "4", "--faults", "kill", "sigkill", "sigkill-save",
-                                 "raise-reset", "--output", str(output)])
+    code = fault_injection.main(["--quick", "--trials", "4", "--faults", "kill", "sigkill",
+                                 "sigkill-save", "raise-reset", "--output", str(output)])
     text = output.read_text()
     assert code == 0, text
     for line in TOTALS:
         assert line in text
+    sigkill, = (line for line in text.splitlines() if line.startswith("| 1 | sigkill |"))
+    assert "exit -9" in sigkill, text  # The short run was still going when killed.
 
 
 def test_envpool_faults_leave_nothing_behind(tmp_path):
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--backend", "envpool", "--trials", "3", "--faults",
+    code = fault_injection.main(["--quick", "--backend", "envpool", "--trials", "3", "--faults",
                                  "nan-action", "bad-action", "bad-kwargs",
                                  "--output", str(output)])
     text = output.read_text()
