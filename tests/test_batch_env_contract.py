@@ -137,16 +137,16 @@ def test_wrong_action_shape_raises_and_keeps_the_batch_usable(backend):
         assert observ.shape == (2, 17)
 
 
-@pytest.mark.parametrize("value", [np.nan, np.inf])
-def test_non_finite_action_is_refused_naming_the_env(backend, value):
+def test_non_finite_action_is_refused_naming_the_env(backend):
     with make_batch(backend, "Pendulum-v1", 3) as batch_env:
         batch_env.reset(seed=0)
-        actions = np.zeros((3, 1), np.float32)
-        actions[1] = value
-        with pytest.raises(ValueError, match=rf"^env 1\b.*non-finite action: \[{value}\]$"):
-            batch_env.step(actions)
-        observ, *_ = batch_env.step(np.zeros((3, 1)))  # Nothing was stepped; still usable.
-        assert np.isfinite(observ).all()
+        for value in (np.nan, np.inf):
+            actions = np.zeros((3, 1), np.float32)
+            actions[1] = value
+            with pytest.raises(ValueError, match=rf"^env 1\b.*non-finite action: \[{value}\]$"):
+                batch_env.step(actions)
+            observ, *_ = batch_env.step(np.zeros((3, 1)))  # Nothing was stepped; usable.
+            assert np.isfinite(observ).all()
 
 
 def test_discrete_actions_outside_the_space_are_refused(backend):

@@ -1,8 +1,10 @@
-"""A short fault-injection run in CI: a worker killed mid-run; the trainer SIGKILLed after
-its first checkpoint and resumed; the trainer SIGKILLed inside a checkpoint write and
-resumed; an environment whose `reset` raises mid-run; and on the EnvPool backend NaN
-actions, an action outside the action space and `env_kwargs` EnvPool cannot take
-(`python -m benchmarks.faults` does 20 random trials)."""
+"""A short fault-injection run in CI (`--quick`: runs of 1,600 steps): a worker killed
+mid-run; the trainer SIGKILLed after its first checkpoint and resumed; the trainer SIGKILLed
+inside a checkpoint write and resumed; an environment whose `reset` raises mid-run; and on
+the EnvPool backend NaN actions and `env_kwargs` EnvPool cannot take (`python -m
+benchmarks.faults` does 20 random trials of 8,000 steps)."""
+
+import numpy as np
 
 from benchmarks.faults import evidence
 from benchmarks.faults import injection as fault_injection
@@ -13,27 +15,46 @@ TOTALS = ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
 
 def test_faults_leave_nothing_behind(tmp_path):
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--trials", "4", "--faults", "kill", "sigkill", "sigkill-save",
-                                 "raise-reset", "--output", str(output)])
+    code = fault_injection.main(["--quick", "--trials", "4", "--faults", "kill", "sigkill",
+                                 "sigkill-save", "raise-reset", "--output", str(output)])
     text = output.read_text()
     assert code == 0, text
     for line in TOTALS:
         assert line in text
+    sigkill, = (line for line in text.splitlines() if line.startswith("| 1 | sigkill |"))
+    assert "exit -9" in sigkill, text  # The short run was still going when killed.
 
 
 def test_envpool_faults_leave_nothing_behind(tmp_path):
+    """NaN actions and bad `env_kwargs`. The bad-action trial runs the same trial code with
+    another spoiled action and config (see `test_bad_actions_spoil_env_1_only` and
+    `test_sac_commands_load_and_build`); EnvPool's message for that action is checked by
+    tests/test_batch_env_contract.py."""
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--backend", "envpool", "--trials", "3", "--faults",
-                                 "nan-action", "bad-action", "bad-kwargs",
-                                 "--output", str(output)])
+    code = fault_injection.main(["--quick", "--backend", "envpool", "--trials", "2", "--faults",
+                                 "nan-action", "bad-kwargs", "--output", str(output)])
     text = output.read_text()
     assert code == 0, text
     for line in TOTALS:
         assert line in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "| yes |" in line]
-    assert len(rows) == 3, text
+    assert len(rows) == 2, text
     assert "was given a non-finite action: [nan]" in rows[0]
-    assert "was given the action 2, outside the action space Discrete(2)" in rows[1]
+    assert "resumed run exit 0" in rows[0]
+    assert "num_threads (option) must be an int >= 1" in rows[1]
+
+
+def test_bad_actions_spoil_env_1_only():
+    from gymnasium import spaces
+
+    from benchmarks.faults import actions
+
+    box = actions.spoil(np.full((3, 1), 0.5), spaces.Box(-1.0, 1.0, (1,)), "nan")
+    assert box.dtype == np.float32 and np.isnan(box[1, 0])
+    np.testing.assert_array_equal(box[[0, 2]], [[0.5], [0.5]])
+    # One past the last action of the space: Discrete(2) takes 0 and 1.
+    assert actions.spoil(np.array([0, 1, 1]), spaces.Discrete(2), "bad").tolist() == [0, 2, 1]
+    assert actions.spoil([1, 1], spaces.Discrete(3, start=1), "bad").tolist() == [1, 4]
 
 
 # The options of every run before `--config` (`python -m benchmarks.faults` with PPO).
@@ -94,6 +115,14 @@ def test_sac_commands_load_and_build(tmp_path):
         config = configs.load(_config_name(command), _set_pairs(command))
         assert config.save_replay and config.replay_capacity == fault_injection.REPLAY_CAPACITY
         assert build.algorithm_class(config) is algorithm, command
+    # The bad-action run of the on-policy default: PPO on EnvPool's CartPole.
+    command = fault_injection._command(
+        tmp_path, ["--set", "env=envpool:CartPole-v1"],
+        fault_injection.action_config("bad-action", "pendulum"), backend="envpool",
+        module="benchmarks.faults.actions", schedule=fault_injection.QUICK)
+    config = configs.load(_config_name(command), _set_pairs(command))
+    assert (config.algorithm, config.env, config.env_backend, config.steps) == (
+        "ppo", "envpool:CartPole-v1", "envpool", fault_injection.QUICK.steps)
 
 
 def test_a_discrete_only_config_is_refused(capsys):
@@ -107,7 +136,6 @@ def test_a_discrete_only_config_is_refused(capsys):
 
 
 def test_replay_kept_needs_a_transition_per_step(tmp_path):
-    import numpy as np
     import tensorflow as tf
 
     from batchrl.memories.replay import ReplayMemory

@@ -15,8 +15,9 @@ holds every trial set under its own heading.
 
 Each trial trains Pendulum with `--config` (default `pendulum`: PPO) in worker processes
 (with `--backend ray` Ray actors on a local Ray that the trainer starts; with `--backend
-envpool` EnvPool's `envpool:Pendulum-v1` in the trainer's process), on a short schedule, into
-a fresh run directory and injects one fault, chosen at random:
+envpool` EnvPool's `envpool:Pendulum-v1` in the trainer's process), on a short schedule
+(`FULL`: 8,000 steps; `--quick`, a smoke test: `QUICK`, 1,600), into a fresh run directory
+and injects one fault, chosen at random:
 
 - a worker fault at a random step (benchmarks/faults/envs.py): an exception (`raise`), an exit
   (`exit`), SIGKILL of the worker (`kill`), a hung worker (`hang`, with
@@ -39,10 +40,10 @@ a fresh run directory and injects one fault, chosen at random:
   `num_threads`, refused as config errors with exit code 2, or an option value EnvPool
   raises on, exit code 1); the run must end with one `error:` message and write nothing
   into the run directory;
-- a signal to the trainer at a random time, 0-4 s after its first checkpoint: SIGINT or
-  SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no chance to clean up,
-  possibly while a checkpoint is written); the same command is then run again and must
-  resume and finish;
+- a signal to the trainer at a random time, 0-4 s (`--quick`: 0-1 s) after its first
+  checkpoint: SIGINT or SIGTERM (exit code 130 / 143 and a checkpoint), or SIGKILL (no
+  chance to clean up, possibly while a checkpoint is written); the same command is then run
+  again and must resume and finish;
 - SIGKILL of the trainer inside its N-th checkpoint write (`sigkill-save`): the trainer is
   run by benchmarks/faults/train.py, which stalls the write at a random stage (`shards`: data
   in the temporary files, `merged`: `ckpt-S.*` complete but the `checkpoint` index file not
@@ -67,6 +68,7 @@ bad-action trial of an off-policy `--config` uses `cartpole_dqn` (Discrete actio
 """
 
 import argparse
+import dataclasses
 import functools
 import pathlib
 import random
@@ -83,17 +85,52 @@ from benchmarks.faults import evidence
 from benchmarks.faults.actions import AFTER_VARIABLE, KIND_VARIABLE
 from benchmarks.faults.train import MARKER_VARIABLE, SAVE_VARIABLE, STAGE_VARIABLE, STAGES
 
-STEPS = 8000
-EVAL_EVERY = 1000
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The length of the runs of a trial and the times of its faults.
+
+    Attributes:
+      steps: training steps of a run (`NUM_AGENTS` environments).
+      eval_every: training steps between evaluations, each of which writes a checkpoint.
+      max_length: the episodes' time limit, in steps.
+      last_fault: a worker fault comes at a random step of one environment, an action
+        fault at a random batch step, from 50 to this (3/4 of the run's batch steps).
+      signal_delay: a signal comes at a random time up to this many seconds after the
+        first checkpoint.
+    """
+
+    steps: int
+    eval_every: int
+    max_length: int
+    last_fault: int
+    signal_delay: float
+
+    @property
+    def saves(self):
+        """Checkpoints a run writes (int)."""
+        return self.steps // self.eval_every
+
+    def settings(self):
+        """The `--set` pairs of every run, whatever its algorithm (list of str)."""
+        return ["--set", f"steps={self.steps}", "--set", f"eval_every={self.eval_every}",
+                "--set", f"num_agents={NUM_AGENTS}", "--set", "eval_episodes=2", "--set",
+                "worker_timeout=5", "--set", f"max_length={self.max_length}"]
+
+
+NUM_AGENTS = 4
+# The benchmark's runs, and those of `--quick` (a smoke test of every fault: the same
+# faults reached in runs a fifth as long, with episodes of 20 steps).
+FULL = Schedule(steps=8000, eval_every=1000, max_length=200, last_fault=1500,
+                signal_delay=4.0)
+QUICK = Schedule(steps=1600, eval_every=200, max_length=20, last_fault=300, signal_delay=1.0)
 DEFAULT_CONFIG = "pendulum"
-# The `--set` pairs of every run, whatever its algorithm.
-COMMON_SETTINGS = ["--set", f"steps={STEPS}", "--set", f"eval_every={EVAL_EVERY}",
-                   "--set", "num_agents=4", "--set", "eval_episodes=2", "--set",
-                   "worker_timeout=5", "--set", "max_length=200"]
-# And those of its algorithm's family: a short on-policy schedule, or a small replay memory
-# saved with the latest checkpoint (`save_replay`), so that a resumed run keeps it.
+# The `--set` pairs of a run's algorithm family, after those of its `Schedule`: a short
+# on-policy schedule, or a small replay memory saved with the latest checkpoint
+# (`save_replay`), so that a resumed run keeps it.
 ON_POLICY_SETTINGS = ["--set", "update_every=4", "--set", "update_epochs=2"]
-REPLAY_CAPACITY = 20000  # More than STEPS: the memory of a finished run holds every step.
+# More than FULL.steps: the memory of a finished run holds every step.
+REPLAY_CAPACITY = 20000
 OFF_POLICY_SETTINGS = ["--set", "learning_starts=200", "--set",
                        f"replay_capacity={REPLAY_CAPACITY}", "--set", "save_replay=true"]
 OFF_POLICY = ("sac", "td3", "dqn")  # Algorithms that learn from a replay memory.
@@ -102,7 +139,6 @@ DISCRETE_ONLY = ("dqn",)  # Algorithms without Box actions: they cannot act in P
 # actions) for an on-policy --config; an off-policy one uses itself and DISCRETE_OFF_POLICY.
 ON_POLICY_ACTION_CONFIGS = {"nan-action": "pendulum", "bad-action": "cartpole"}
 DISCRETE_OFF_POLICY = "cartpole_dqn"
-SAVES = STEPS // EVAL_EVERY  # Checkpoints a run writes.
 KEEP_CHECKPOINTS = 5  # The Loop's default `keep_checkpoints`.
 ENV_NAME = "benchmarks.faults.envs:FaultyPendulum"
 WORKER_FAULTS = ("raise", "exit", "kill", "hang", "nan")
@@ -150,13 +186,13 @@ def algorithm_of(config):
     return configs.load(config).algorithm
 
 
-def settings(config):
-    """The options of every run of a trial with `config`: `COMMON_SETTINGS`, then
+def settings(config, schedule=FULL):
+    """The options of every run of a trial with `config`: the `Schedule`'s settings, then
     `OFF_POLICY_SETTINGS` for an algorithm of `OFF_POLICY` or `ON_POLICY_SETTINGS` for
     another (the keys of one family are refused by the other's algorithms), then
     `--no-progress`. Returns a list of str."""
     family = OFF_POLICY_SETTINGS if algorithm_of(config) in OFF_POLICY else ON_POLICY_SETTINGS
-    return [*COMMON_SETTINGS, *family, "--no-progress"]
+    return [*schedule.settings(), *family, "--no-progress"]
 
 
 def action_config(kind, config):
@@ -169,11 +205,12 @@ def action_config(kind, config):
     return config if kind == "nan-action" else DISCRETE_OFF_POLICY
 
 
-def _command(logdir, env_args, config, module="batchrl.scripts.train", backend="processes"):
+def _command(logdir, env_args, config, module="batchrl.scripts.train", backend="processes",
+             schedule=FULL):
     """The command line of a run of `config` into `logdir` with the extra options
     `env_args`."""
     return [sys.executable, "-m", module, f"--config={config}", f"--logdir={logdir}",
-            *settings(config), *BACKENDS[backend], *env_args]
+            *settings(config, schedule), *BACKENDS[backend], *env_args]
 
 
 def _env_name(backend):
@@ -245,17 +282,19 @@ def _error_detail(stderr):
     return error, "no error line" + (f"; uncaught {uncaught[0][:120]}" if uncaught else "")
 
 
-def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG):
-    """Runs one trial of fault `kind` with `config` (a config name or path); returns a dict
-    describing what happened. With an off-policy `config`, a trial that resumes must also end
-    with the replay memory of every step (`replay_kept`; key `replay_lost`)."""
+def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG,
+          schedule=FULL):
+    """Runs one trial of fault `kind` with `config` (a config name or path) on `schedule`;
+    returns a dict describing what happened. With an off-policy `config`, a trial that
+    resumes must also end with the replay memory of every step (`replay_kept`; key
+    `replay_lost`)."""
     logdir = pathlib.Path(workdir) / f"trial-{index:02d}"
     env = _environment(index)
-    command = functools.partial(_command, config=config, backend=backend)
+    command = functools.partial(_command, config=config, backend=backend, schedule=schedule)
     result = {"trial": index, "fault": kind, "hung": False, "leftover": 0, "left": [],
               "unreadable": False, "lost_interval": False, "ok": False, "detail": ""}
     if kind in RESTART_FAULTS:
-        after = rng.randint(50, 1500)
+        after = rng.randint(50, schedule.last_fault)
         once = pathlib.Path(workdir) / f"trial-{index:02d}.killed"
         env_args = ["--set", f"env={ENV_NAME}", "--set", "worker_restarts=1", "--set",
                     f"env_kwargs={{fault: kill, after: {after}, once: '{once}'}}"]
@@ -269,7 +308,7 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
                             + ("" if code == 0 else f"; {_error_detail(stderr)[1]}"))
     elif kind in WORKER_FAULTS or kind in ENV_FAULTS:
         if kind in WORKER_FAULTS:
-            after = rng.randint(50, 1500)
+            after = rng.randint(50, schedule.last_fault)
             where = f"after {after} env steps"
         elif kind == "raise-reset":
             after = rng.randint(2, 8)
@@ -286,7 +325,7 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
         result["ok"] = code == 1 and len(error) == 1 and expected in error[0]
         result["detail"] = f"{where}: exit {code}, {seconds:.0f} s; {summary}"
     elif kind in ACTION_FAULTS:
-        result.update(_action_trial(kind, rng, logdir, env, backend, config))
+        result.update(_action_trial(kind, rng, logdir, env, backend, config, schedule))
     elif kind in KWARGS_FAULTS:
         kwargs, expected_code, expected = rng.choice(BAD_KWARGS)
         env_args = ["--set", f"env={ENVPOOL_NAME}", "--set", f"env_kwargs={kwargs}"]
@@ -299,9 +338,10 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
         result["detail"] = (f"env_kwargs {kwargs}: exit {code}, {seconds:.0f} s; {summary}; "
                             f"files written: {', '.join(written) or 'none'}")
     elif kind in SAVE_FAULTS:
-        result.update(_save_trial(index, rng, workdir, logdir, env, backend, config))
+        result.update(_save_trial(index, rng, workdir, logdir, env, backend, config,
+                                  schedule))
     else:
-        delay = rng.uniform(0.0, 4.0)
+        delay = rng.uniform(0.0, schedule.signal_delay)
         env_args = ["--set", f"env={_env_name(backend)}"]
         code, stdout, stderr, seconds = _run(command(logdir, env_args), env, delay,
                                              SIGNALS[kind], logdir)
@@ -314,7 +354,7 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
         resumed_code, resumed_out, resumed_err, more = _run(command(logdir, env_args), env)
         result["hung"] |= resumed_code is None
         resumed_at = _resumed_step(resumed_out)
-        result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+        result["lost_interval"] = reached - resumed_at > schedule.eval_every
         expected = {"sigint": 128 + signal.SIGINT, "sigterm": 128 + signal.SIGTERM,
                     "sigkill": -signal.SIGKILL}[kind]
         finished = resumed_code == 0
@@ -338,16 +378,16 @@ def trial(index, kind, rng, workdir, backend="processes", config=DEFAULT_CONFIG)
     return result
 
 
-def _action_trial(kind, rng, logdir, env, backend, config):
+def _action_trial(kind, rng, logdir, env, backend, config, schedule):
     """A `nan-action` or `bad-action` trial (with `action_config(kind, config)`): bad actions
     at a random step (exit code 1), then the same command without the fault, which must
     resume from the latest checkpoint and finish."""
-    after = rng.randint(50, 1500)
+    after = rng.randint(50, schedule.last_fault)
     fault, name, expected = (
         ("nan", ENVPOOL_NAME, "non-finite action") if kind == "nan-action" else
         ("bad", "envpool:CartPole-v1", "outside the action space Discrete(2)"))
     command = _command(logdir, ["--set", f"env={name}"], action_config(kind, config),
-                       module="benchmarks.faults.actions", backend=backend)
+                       module="benchmarks.faults.actions", backend=backend, schedule=schedule)
     faulty = dict(env, **{KIND_VARIABLE: fault, AFTER_VARIABLE: str(after)})
     code, stdout, stderr, seconds = _run(command, faulty)
     error, summary = _error_detail(stderr)
@@ -359,7 +399,7 @@ def _action_trial(kind, rng, logdir, env, backend, config):
     resumed_code, resumed_out, resumed_err, more = _run(command, env)
     result["hung"] |= resumed_code is None
     resumed_at = _resumed_step(resumed_out)
-    result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+    result["lost_interval"] = reached - resumed_at > schedule.eval_every
     finished = resumed_code == 0
     result["ok"] = failed and finished and resumed_at == latest
     result["detail"] = (
@@ -370,15 +410,15 @@ def _action_trial(kind, rng, logdir, env, backend, config):
     return result
 
 
-def _save_trial(index, rng, workdir, logdir, env, backend, config):
+def _save_trial(index, rng, workdir, logdir, env, backend, config, schedule):
     """A `sigkill-save` trial: SIGKILL inside a checkpoint write, then the same command."""
     stage = rng.choice(STAGES)
-    save = rng.randint(KEEP_CHECKPOINTS + 1 if stage == "sweep" else 2, SAVES)
+    save = rng.randint(KEEP_CHECKPOINTS + 1 if stage == "sweep" else 2, schedule.saves)
     marker = pathlib.Path(workdir) / f"trial-{index:02d}.stalled"
     stalling = dict(env, **{STAGE_VARIABLE: stage, SAVE_VARIABLE: str(save),
                             MARKER_VARIABLE: str(marker)})
     command = _command(logdir, ["--set", f"env={_env_name(backend)}"], config,
-                       module="benchmarks.faults.train", backend=backend)
+                       module="benchmarks.faults.train", backend=backend, schedule=schedule)
     code, stdout, _, seconds = _run(command, stalling, signum=signal.SIGKILL, marker=marker)
     result = {"hung": code is None, "leftover": 0, "left": [],
               "unreadable": not evidence.checkpoint_readable(logdir)}
@@ -395,7 +435,7 @@ def _save_trial(index, rng, workdir, logdir, env, backend, config):
     resumed_code, resumed_out, resumed_err, more = _run(command, env)
     result["hung"] |= resumed_code is None
     resumed_at = _resumed_step(resumed_out)
-    result["lost_interval"] = reached - resumed_at > EVAL_EVERY
+    result["lost_interval"] = reached - resumed_at > schedule.eval_every
     stray = evidence.stray_files(logdir)
     finished = resumed_code == 0
     result["ok"] = (code == -signal.SIGKILL and seen and finished
@@ -471,6 +511,12 @@ def main(argv=None):
                              "schedule for ppo, trpo and a2c, a small replay memory saved "
                              "with the latest checkpoint for sac and td3 (default: "
                              "%(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke test: runs of {QUICK.steps:,} steps (not "
+                             f"{FULL.steps:,}), an eval and checkpoint every "
+                             f"{QUICK.eval_every}, episodes of {QUICK.max_length} steps, "
+                             f"faults at steps 50-{QUICK.last_fault}, signals up to "
+                             f"{QUICK.signal_delay:g} s after the first checkpoint")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     parser.add_argument("--section", metavar="TITLE",
                         help="with --output: write the report as the section '## TITLE' of "
@@ -495,7 +541,8 @@ def main(argv=None):
         for index in range(args.trials):
             kind = args.faults[index % len(args.faults)] if index < len(args.faults) \
                 else rng.choice(args.faults)
-            results.append(trial(index, kind, rng, workdir, args.backend, args.config))
+            results.append(trial(index, kind, rng, workdir, args.backend, args.config,
+                                 QUICK if args.quick else FULL))
             print(f"trial {index:2d} {kind:12s} {'ok' if results[-1]['ok'] else 'NOT OK'}  "
                   f"{results[-1]['detail']}", flush=True)
     text, totals = report(results)

@@ -230,9 +230,10 @@ def single_env_per_core_stepper(env_id):
     """`os.cpu_count()` processes, each stepping one environment in a plain loop as
     `single_env` does, all at the same time; ended on exit. Yields `(call, setup_seconds)`:
     `call()` lets every process step for `PER_CORE_SLICE` seconds and returns the steps
-    they took together."""
+    they took together. The processes get the Gymnasium id (`environments.gymnasium_id`):
+    an in-graph environment's module, which imports TensorFlow, stays out of them."""
     start = time.perf_counter()
-    code = _LOOP_WORKER.format(env_id=env_id)
+    code = _LOOP_WORKER.format(env_id=environments.gymnasium_id(env_id))
     processes = []
     try:
         for _ in range(os.cpu_count() or 1):

@@ -5,6 +5,8 @@
         --seconds 3 --json /tmp/perf.json --output /tmp/perf.md
     .venv/bin/python -m benchmarks.throughput --quick --json /tmp/q.json \\
         --output /tmp/q.md                              # smoke test, ~1-2 minutes
+    .venv/bin/python -m benchmarks.throughput --envs HalfCheetah-v5 --kinds single_env \\
+        batch_env parallel_batch_env                    # some kinds only
 
 For every environment id (`--envs`) and every batch size (`--sizes`) it measures, in one
 run and one process, environment steps per second (every environment's step counts) of:
@@ -102,6 +104,7 @@ from benchmarks.throughput import baselines, simulate
 from benchmarks.throughput import report as report_lib
 from benchmarks.throughput.settings import (
     DEFAULTS,
+    KINDS,
     LEARNING_CONFIG,
     LEARNING_THRESHOLD,
     PAIRS,
@@ -111,7 +114,7 @@ from benchmarks.throughput.settings import (
 
 def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds=600.0,
                   log=print, native_sizes=(32, 4096), steps_per_call=100, repeats=1,
-                  inter_op_threads=None, own_inter_op_threads=None):
+                  inter_op_threads=None, own_inter_op_threads=None, kinds=None):
     """Runs every measurement for every environment id and batch size.
 
     With `repeats` > 1 the measurements of one environment and batch size run in
@@ -139,6 +142,8 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
       own_inter_op_threads: the inter-op threads of this process's TensorFlow, already
         set; a measurement that needs others runs in a new process (`_isolated`). None:
         never start one (for callers that do not care).
+      kinds: keys of `KINDS` to measure, of those that apply to each environment; None
+        for all.
 
     Returns:
       list of `Measurement`s, one per kind, environment and batch size.
@@ -146,7 +151,9 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
     results = []
 
     def run_group(measures):
-        """Runs `repeats` rounds of the zero-argument `measures`; records the medians."""
+        """Runs `repeats` rounds of the zero-argument callables of `measures` (pairs of a
+        kind and its callable) whose kind is in `kinds`; records the medians."""
+        measures = [measure for kind, measure in measures if kinds is None or kind in kinds]
         runs = [[] for _ in measures]
         for round_ in range(repeats):
             for measure, kind_runs in zip(measures, runs, strict=True):
@@ -179,55 +186,65 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
             return functools.partial(measure, env_id, size, *args, **kwargs)
         return functools.partial(_isolated, measure, threads, env_id, size, *args, **kwargs)
     for env_id in envs:
-        run_group([functools.partial(baselines.measure_single_env, env_id, **timing),
-                   functools.partial(baselines.measure_single_env_per_core, env_id, **timing)])
+        run_group([("single_env", functools.partial(baselines.measure_single_env, env_id,
+                                                     **timing)),
+                   ("single_env_per_core", functools.partial(
+                       baselines.measure_single_env_per_core, env_id, **timing))])
         if environments.native_class(env_id):
             for size in native_sizes:
                 run_group([
-                    partial(simulate.measure_simulate_mock, env_id, size, False, steps_per_call,
-                            **timing),
-                    partial(simulate.measure_ppo_inference, env_id, size, steps_per_call,
-                            **timing),
-                    partial(simulate.measure_ppo_training, env_id, size, steps_per_call,
-                            **training),
+                    ("simulate_mock_loop", partial(simulate.measure_simulate_mock, env_id,
+                                                   size, False, steps_per_call, **timing)),
+                    ("ppo_inference", partial(simulate.measure_ppo_inference, env_id, size,
+                                              steps_per_call, **timing)),
+                    ("ppo_training", partial(simulate.measure_ppo_training, env_id, size,
+                                             steps_per_call, **training)),
                 ])
             continue
         if environments.envpool_task(env_id) is not None:
             # EnvPool's own batch stepping, and simulate and BatchPPO around it.
             for size in sizes:
                 run_group([
-                    partial(baselines.measure_batch_env, env_id, size, "batch_env", **timing),
-                    partial(simulate.measure_simulate_mock, env_id, size, False,
-                            steps_per_call, **timing),
-                    partial(simulate.measure_ppo_inference, env_id, size, steps_per_call,
-                            **timing),
-                    partial(simulate.measure_ppo_training, env_id, size, steps_per_call,
-                            **training),
+                    ("batch_env", partial(baselines.measure_batch_env, env_id, size,
+                                          "batch_env", **timing)),
+                    ("simulate_mock_loop", partial(simulate.measure_simulate_mock, env_id,
+                                                   size, False, steps_per_call, **timing)),
+                    ("ppo_inference", partial(simulate.measure_ppo_inference, env_id, size,
+                                              steps_per_call, **timing)),
+                    ("ppo_training", partial(simulate.measure_ppo_training, env_id, size,
+                                             steps_per_call, **training)),
                 ])
             continue
         for size in sizes:
             run_group([
-                *(partial(baselines.measure_batch_env, env_id, size, kind, **timing)
+                *((kind, partial(baselines.measure_batch_env, env_id, size, kind, **timing))
                   for kind in ("batch_env", "batch_env_processes", "parallel_batch_env")),
-                partial(baselines.measure_gymnasium_vector, env_id, size, False, **timing),
-                partial(baselines.measure_gymnasium_vector, env_id, size, True, **timing),
-                partial(simulate.measure_simulate_mock, env_id, size, False, 1, **timing),
-                partial(simulate.measure_simulate_mock, env_id, size, False, steps_per_call,
-                        **timing),
-                partial(simulate.measure_simulate_mock, env_id, size, True, steps_per_call,
-                        processes=True, **timing),
-                partial(simulate.measure_ppo_inference, env_id, size, steps_per_call, **timing),
-                partial(simulate.measure_ppo_training, env_id, size, steps_per_call, **training),
+                ("sync_vector_env", partial(baselines.measure_gymnasium_vector, env_id, size,
+                                            False, **timing)),
+                ("async_vector_env", partial(baselines.measure_gymnasium_vector, env_id, size,
+                                             True, **timing)),
+                ("simulate_mock", partial(simulate.measure_simulate_mock, env_id, size, False,
+                                          1, **timing)),
+                ("simulate_mock_loop", partial(simulate.measure_simulate_mock, env_id, size,
+                                               False, steps_per_call, **timing)),
+                ("simulate_mock_processes", partial(
+                    simulate.measure_simulate_mock, env_id, size, True, steps_per_call,
+                    processes=True, **timing)),
+                ("ppo_inference", partial(simulate.measure_ppo_inference, env_id, size,
+                                          steps_per_call, **timing)),
+                ("ppo_training", partial(simulate.measure_ppo_training, env_id, size,
+                                         steps_per_call, **training)),
             ])
     return results
 
 
 def run_pairs(envs, seconds, warmup, steps_per_call=100, log=print, inter_op_threads=None,
-              own_inter_op_threads=None):
+              own_inter_op_threads=None, kinds=None):
     """Runs `measure_paired` for every pair of `PAIRS` of an environment in `envs`.
 
     Args:
       envs: environment ids; pairs of other environments are skipped.
+      kinds: keys of `KINDS`; pairs of another kind or baseline are skipped. None: all.
       seconds, warmup, steps_per_call: see `measure_paired`.
       log: callable receiving one line per pair.
       inter_op_threads, own_inter_op_threads: see `run_benchmark`; the threads are those
@@ -240,7 +257,7 @@ def run_pairs(envs, seconds, warmup, steps_per_call=100, log=print, inter_op_thr
 
     results = []
     for env_id, num_envs, kind, baseline in PAIRS:
-        if env_id not in envs:
+        if env_id not in envs or kinds is not None and not {kind, baseline} <= set(kinds):
             continue
         args = (env_id, num_envs, kind, baseline, steps_per_call, seconds, warmup)
         threads = inter_op_threads
@@ -321,6 +338,10 @@ def _parser():
     parser.add_argument("--min-updates", type=int,
                         help="PPO updates the training window includes at least "
                              f"(default: {DEFAULTS['min_updates']})")
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), metavar="KIND",
+                        help="measure only these kinds (of those that apply to each "
+                             "environment) and the pairs of them (default: all: "
+                             f"{' '.join(KINDS)})")
     parser.add_argument("--repeats", type=int, metavar="N",
                         help="rounds of every measurement; figures are the medians "
                              f"(default: {DEFAULTS['repeats']})")
@@ -372,7 +393,8 @@ def main(argv=None):
     preset = QUICK if args.quick else DEFAULTS
     settings = {key: getattr(args, key) if getattr(args, key) is not None else value
                 for key, value in preset.items()}
-    settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds)
+    settings.update(quick=args.quick, max_train_seconds=args.max_train_seconds,
+                    kinds=args.kinds or list(KINDS))
     if (any(size <= 0 for size in settings["sizes"] + settings["native_sizes"])
             or settings["seconds"] <= 0 or settings["steps_per_call"] <= 0
             or settings["repeats"] <= 0 or (settings["inter_op_threads"] or 0) < 0
@@ -406,13 +428,15 @@ def main(argv=None):
         settings["min_updates"], settings["max_train_seconds"],
         log=functools.partial(print, flush=True), native_sizes=settings["native_sizes"],
         steps_per_call=settings["steps_per_call"], repeats=settings["repeats"],
-        inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
+        inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads,
+        kinds=settings["kinds"])
     pairs = []
     if settings["pair_seconds"] > 0:
         pairs = run_pairs(
             settings["envs"], settings["pair_seconds"], settings["warmup"],
             settings["steps_per_call"], log=functools.partial(print, flush=True),
-            inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads)
+            inter_op_threads=settings["inter_op_threads"], own_inter_op_threads=own_threads,
+            kinds=settings["kinds"])
     learning = []
     with tempfile.TemporaryDirectory(prefix="batchrl-bench-learning-") as logdir:
         for seed in settings["learning_seeds"]:

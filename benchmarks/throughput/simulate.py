@@ -231,10 +231,10 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
 
 
 def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
-                     threshold=LEARNING_THRESHOLD):
+                     threshold=LEARNING_THRESHOLD, overrides=()):
     """Trains `config` with `seed` for `steps` steps with the training command (`python -m
     batchrl.scripts.train`, a new process, as a user runs it) in `logdir/seed-SEED`, and
-    reads when its eval return first reached `threshold`.
+    reads when its eval return first reached `threshold` (`time_to_threshold`).
 
     Args:
       seed: int, the config's `seed`.
@@ -242,25 +242,21 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
       logdir: folder for the run directory (which must not hold a run of another config).
       config: a config name or path.
       threshold: the eval return (`mean_score` of the eval phases) to reach.
+      overrides: further `KEY=VALUE` strings, each given to the command with `--set`.
 
     Returns:
-      dict with `seed`, `steps` (of the run), `command_seconds` (the whole command),
-      `seconds_to_threshold` (from the command's start, TensorFlow's import, tracing and
-      evaluations included, to the eval summary that first reached `threshold`),
-      `training_seconds_to_threshold` (the same from the start of training, the eval's
-      `time/training_seconds`, as in docs/results.md), `steps_to_threshold` (None for
-      the three when not reached), `final_return` and `best_return`.
+      dict with `seed`, `steps` (of the run), `command_seconds` (the whole command), and
+      the keys of `time_to_threshold`.
 
     Raises:
       RuntimeError: the training command failed (its last output is in the message).
     """
-    from batchrl.scripts import plot, run_summary
-    from batchrl.scripts.events import read_scalars
-
     run_dir = pathlib.Path(logdir) / f"seed-{seed}"
     command = [sys.executable, "-m", "batchrl.scripts.train", f"--config={config}",
                f"--logdir={run_dir}", "--no-progress", "--set", f"seed={seed}",
                "--set", f"steps={steps}"]
+    for pair in overrides:
+        command += ["--set", pair]
     start = time.time()
     result = subprocess.run(command, capture_output=True, text=True, check=False,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -268,11 +264,29 @@ def measure_learning(seed, steps, logdir, config=LEARNING_CONFIG,
     if result.returncode != 0:
         raise RuntimeError(f"{shlex.join(command)} failed (exit code {result.returncode}):\n"
                            f"{(result.stdout + result.stderr)[-3000:]}")
+    return {"seed": seed, "steps": steps, "command_seconds": command_seconds,
+            **time_to_threshold(run_dir, start, threshold)}
+
+
+def time_to_threshold(run_dir, start, threshold=LEARNING_THRESHOLD):
+    """When the training run in `run_dir`, whose command started at `start` (seconds since
+    the epoch, as `time.time()`), first reached the eval return `threshold`.
+
+    Returns:
+      dict with `seconds_to_threshold` (from `start`, TensorFlow's import, tracing and
+      evaluations included, to the eval summary that first reached `threshold`),
+      `training_seconds_to_threshold` (the same from the start of training, the eval's
+      `time/training_seconds`, as in docs/results.md), `steps_to_threshold` (None for
+      the three when not reached), `final_return` and `best_return` (floats).
+    """
+    from batchrl.scripts import plot, run_summary
+    from batchrl.scripts.events import read_scalars
+
+    run_dir = pathlib.Path(run_dir)
     summary = run_summary.summarize(plot.read_run(run_dir), threshold)
     scores = read_scalars(run_dir / "eval", "mean_score")
     reached = [scalar.wall_time for scalar in scores if scalar.value >= threshold]
     return {
-        "seed": seed, "steps": steps, "command_seconds": command_seconds,
         "seconds_to_threshold": reached[0] - start if reached else None,
         "training_seconds_to_threshold": summary["seconds_to_threshold"],
         "steps_to_threshold": summary["steps_to_threshold"],
