@@ -18,21 +18,31 @@ HARMLESS = ("E0000 00:00:1795000000.000000    1234 util.cc:131] oneDNN supports 
             "only on platforms with AVX-512. Falling back to the default Eigen-based "
             "implementation if present.")
 OTHER = "E0000 00:00:1795000000.000000    1234 other.cc:7] a C++ error the user must see"
-# Runs a command's `main` (argv[1]: visualize or export, the rest its flags) with its work
-# function (`visualize` / `export_run`) writing both lines to fd 2 first, as TensorFlow does.
+# Runs `export`'s and then `visualize`'s `main` in one process (argv: HARMLESS, OTHER, then
+# export's flags, "--", visualize's flags), each with its work function (`export_run` /
+# `visualize`) writing both lines to fd 2 first, as TensorFlow does; a line `=== visualize`
+# on stdout and fd 2 divides the output of the two; the exit code is both codes' maximum.
 _NOISY = """
 import os, sys
 from batchrl.scripts import export, visualize
-module = {"visualize": visualize, "export": export}[sys.argv[1]]
-name = {"visualize": "visualize", "export": "export_run"}[sys.argv[1]]
-work = getattr(module, name)
+harmless, other, *flags = sys.argv[1:]
+divide = flags.index("--")
 
-def noisy(*args, **kwargs):
-    os.write(2, (sys.argv[2] + "\\n" + sys.argv[3] + "\\n").encode())
-    return work(*args, **kwargs)
+def noisy(module, name):
+    work = getattr(module, name)
 
-setattr(module, name, noisy)
-sys.exit(module.main(sys.argv[4:]))
+    def wrapped(*args, **kwargs):
+        os.write(2, (harmless + "\\n" + other + "\\n").encode())
+        return work(*args, **kwargs)
+
+    setattr(module, name, wrapped)
+
+noisy(export, "export_run")
+noisy(visualize, "visualize")
+exported = export.main(flags[:divide])
+print("=== visualize", flush=True)
+os.write(2, b"=== visualize\\n")
+sys.exit(max(exported, visualize.main(flags[divide + 1:])))
 """
 
 
@@ -42,12 +52,6 @@ def _user_environment():
     env = dict(os.environ)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     return env
-
-
-def _noisy(command, *flags):
-    return subprocess.run([sys.executable, "-c", _NOISY, command, HARMLESS, OTHER, *flags],
-                          capture_output=True, text=True, timeout=300,
-                          env=_user_environment())
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +67,31 @@ def pong_run(tmp_path_factory):
     return logdir
 
 
+@pytest.fixture(scope="module")
+def commands(pong_run, tmp_path_factory):
+    """`export` and `visualize` of the Pong run in one new process (`_NOISY`): its exit
+    code, the two output directories, and `{command: (stdout, stderr)}`."""
+    outdir = tmp_path_factory.mktemp("commands")
+    model, videos = outdir / "model", outdir / "videos"
+    result = subprocess.run(
+        [sys.executable, "-c", _NOISY, HARMLESS, OTHER,
+         f"--logdir={pong_run}", f"--outdir={model}", "--",
+         f"--logdir={pong_run}", f"--outdir={videos}", "--episodes=1", "--max-steps=40"],
+        capture_output=True, text=True, timeout=300, env=_user_environment())
+    stdout, stderr = (text.split("=== visualize\n") for text in (result.stdout, result.stderr))
+    assert len(stdout) == len(stderr) == 2, result.stderr
+    output = {"export": (stdout[0], stderr[0]), "visualize": (stdout[1], stderr[1])}
+    return result.returncode, model, videos, output
+
+
 def test_export_takes_the_spaces_from_envpool_and_serves_the_restored_policy(
-        pong_run, tmp_path):
-    outdir = tmp_path / "model"
-    result = _noisy("export", f"--logdir={pong_run}", f"--outdir={outdir}")
-    assert result.returncode == 0, result.stderr
-    assert f"to {outdir}" in result.stdout
-    assert "oneDNN supports DT_UINT8" not in result.stderr
-    assert OTHER in result.stderr, result.stderr
+        pong_run, commands):
+    code, outdir, _, output = commands
+    stdout, stderr = output["export"]
+    assert code == 0, stderr
+    assert f"to {outdir}" in stdout
+    assert "oneDNN supports DT_UINT8" not in stderr
+    assert OTHER in stderr, stderr
     model = tf.saved_model.load(str(outdir))
     signature = model.signatures["serving_default"]
     (name, spec), = signature.structured_input_signature[1].items()
@@ -99,13 +120,13 @@ def _restored_actions(logdir, frames):
         batch_env.close()
 
 
-def test_visualize_shows_the_observations_enlarged(pong_run, tmp_path):
-    outdir = tmp_path / "videos"
-    result = _noisy("visualize", f"--logdir={pong_run}", f"--outdir={outdir}",
-                    "--episodes=1", "--max-steps=40")
-    assert result.returncode == 0, result.stderr
-    assert "oneDNN supports DT_UINT8" not in result.stderr
-    assert OTHER in result.stderr, result.stderr
+def test_visualize_shows_the_observations_enlarged(commands):
+    code, _, outdir, output = commands
+    stdout, stderr = output["visualize"]
+    assert code == 0, stderr
+    assert "Recording 1 episode(s)" in stdout
+    assert "oneDNN supports DT_UINT8" not in stderr
+    assert OTHER in stderr, stderr
     with imageio.get_reader(outdir / "episode-000.mp4") as reader:
         assert reader.get_meta_data()["fps"] == 15  # 60 / EnvPool's frame skip of 4.
         frames = [frame for frame in reader]

@@ -122,8 +122,9 @@ def test_filtered_stderr_restores_stderr_when_the_block_raises(tmp_path):
     assert "KeyError: 'from the block'" in stderr and "drop me" not in stderr
 
 
-NATIVE_RUN = ["--config=cartpole_native", "--set", "steps=2000", "--set", "eval_every=1000",
-              "--set", "eval_episodes=2", "--set", "num_agents=4", "--set", "update_every=4",
+# One train phase of one call (4 agents x 100 steps, updates within) and one eval episode.
+NATIVE_RUN = ["--config=cartpole_native", "--set", "steps=400", "--set", "eval_every=400",
+              "--set", "eval_episodes=1", "--set", "num_agents=4", "--set", "update_every=4",
               "--set", "update_epochs=1", "--no-progress"]
 
 
@@ -201,8 +202,9 @@ def test_train_in_a_python_process_leaves_its_stderr_alone(tmp_path, monkeypatch
         return original(patterns, enabled)
 
     monkeypatch.setattr(quiet, "filtered_stderr", recording)
+    # Eager: no function to trace; whether the command filters does not depend on it.
     config = configs.load("pendulum", ["steps=20", "eval_every=20", "num_agents=2",
-                                       "eval_episodes=0", "steps_per_call=10"])
+                                       "eval_episodes=0", "steps_per_call=10", "eager=true"])
     stderr = sys.stderr
     train.train(config, tmp_path / "run", progress=False)
     assert seen == [False] and sys.stderr is stderr

@@ -11,9 +11,9 @@ from tensorboard.util import tensor_util
 from batchrl.scripts import train
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-TINY = ["--set", "steps=200", "--set", "eval_every=100", "--set", "log_every=100",
+TINY = ["--set", "steps=40", "--set", "eval_every=20", "--set", "log_every=20",
         "--set", "num_agents=2", "--set", "update_every=2", "--set", "eval_episodes=2",
-        "--set", "max_length=50", "--set", "env_backend=local"]
+        "--set", "max_length=10", "--set", "env_backend=local"]
 
 
 def _summaries(directory):
@@ -37,6 +37,12 @@ def test_eager_and_traced_runs_write_the_same_losses(tmp_path, monkeypatch, caps
     arguments = [f"--config={config}", "--set", f"algorithm={algorithm}", *TINY]
     if algorithm == "ppo":
         arguments += ["--set", "update_epochs=1"]
+    if algorithm == "trpo":  # Fewer of the iterations that an eager update runs one by one.
+        arguments += ["--set", "optimizer={type: natural_gradient, max_kl: 0.01, "
+                               "cg_iterations: 3, damping: 0.1, line_search: "
+                               "{max_iterations: 3, accept_ratio: 0.1}}",
+                      "--set", "value_optimizer={type: multi_step, steps: 3, "
+                               "optimizer: {type: adam}}"]
     assert train.main([*arguments, f"--logdir={tmp_path / 'traced'}"]) == 0
     assert "tf.function traces: 1" in capsys.readouterr().out
     assert train.main([*arguments, "--eager", f"--logdir={tmp_path / 'eager'}"]) == 0

@@ -1,6 +1,8 @@
 """Loop phases, summaries, checkpoints and resume, with BatchPPO on MockEnvironment."""
 
+import shutil
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -44,10 +46,52 @@ def _scalars(directory, tag):
     return [(scalar.step, scalar.value) for scalar in read_scalars(directory, tag)]
 
 
-def test_phases_summaries_and_checkpoints(tmp_path):
-    loop, _, step = _loop(tmp_path, steps=80)
-    results = loop.run()
-    assert int(step.numpy()) == 80
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One Loop run of 80 steps (two phases) from a fresh start, `started_at` 50 s before
+    the Loop was made, its initial weights those of `tf.keras.utils.set_random_seed(0)`;
+    before the run, a call of 0 steps. Keeps what the call and the callbacks saw, the
+    weights after the first train phase, and the state the last checkpoint holds."""
+    logdir = tmp_path_factory.mktemp("loop")
+    tf.keras.utils.set_random_seed(0)
+    created = time.time()
+    loop, algo, step = _loop(logdir, steps=80, started_at=created - 50.0)
+    before = [v.numpy().copy() for v in algo.networks.policy.variables]
+    done, score = loop._call(False, False, 0)
+    zero_call = SimpleNamespace(
+        rows=(done.shape[0], score.shape[0]), tracing_count=loop.tracing_count(),
+        step=int(step.numpy()),
+        weights_kept=all(np.array_equal(variable.numpy(), value) for variable, value
+                         in zip(algo.networks.policy.variables, before, strict=True)),
+        episode_steps=int(algo._episodes.length.numpy().sum()))
+    seen, first_weights = [], []
+
+    def on_phase(result):
+        seen.append(result.name)
+        if result.name == "train" and not first_weights:
+            first_weights.extend(v.numpy() for v in algo.networks.policy.trainable_variables)
+
+    results = loop.run(on_phase=on_phase, on_ready=lambda: seen.append(
+        (loop.startup_seconds, loop.tracing_seconds, int(step.numpy()))))
+    return SimpleNamespace(
+        logdir=logdir, loop=loop, step=int(step.numpy()), results=results, seen=seen,
+        created=created, finished=time.time(), zero_call=zero_call,
+        first_weights=first_weights,
+        weights=[v.numpy() for v in algo.networks.policy.trainable_variables],
+        slots=[v.numpy() for v in algo.checkpoint_state["policy_optimizer"].variables],
+        observ_count=int(algo.checkpoint_state["observ_filter"].count),
+        kl_penalty=float(algo.checkpoint_state["kl_penalty"].numpy()),
+        random_state=algo.checkpoint_state["random"].state.numpy().copy())
+
+
+def _copy(trained, tmp_path):
+    """A copy of the trained run's directory, for a test that writes to it."""
+    return shutil.copytree(trained.logdir, tmp_path / "run")
+
+
+def test_phases_summaries_and_checkpoints(trained):
+    results, loop, logdir = trained.results, trained.loop, trained.logdir
+    assert trained.step == 80
     assert [r.name for r in results] == ["train", "eval", "train", "eval"]
     assert [r.global_step for r in results] == [40, 40, 80, 80]
     assert all(r.steps == 40 for r in results if r.name == "train")
@@ -55,20 +99,20 @@ def test_phases_summaries_and_checkpoints(tmp_path):
     assert all(len(r.scores) == 4 and len(r.lengths) == 4 for r in evals), "one per agent"
     assert all(3 <= length <= 6 for r in evals for length in r.lengths)
     assert loop.tracing_count() == 1
-    train_scores = _scalars(tmp_path / "train", "mean_score")
-    eval_scores = _scalars(tmp_path / "eval", "mean_score")
+    train_scores = _scalars(logdir / "train", "mean_score")
+    eval_scores = _scalars(logdir / "eval", "mean_score")
     assert [s for s, _ in eval_scores] == [40, 80]
     assert len(train_scores) >= 4  # Every 20 steps.
-    assert _scalars(tmp_path / "eval", "mean_length")
-    assert _scalars(tmp_path / "train", "ppo/kl"), "PPO update summaries in train/"
+    assert _scalars(logdir / "eval", "mean_length")
+    assert _scalars(logdir / "train", "ppo/kl"), "PPO update summaries in train/"
     np.testing.assert_allclose([v for _, v in eval_scores], [r.mean_score for r in evals],
                                rtol=1e-6)
-    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == [
+    assert sorted(p.name for p in logdir.glob("ckpt-*.index")) == [
         "ckpt-40.index", "ckpt-80.index"]
     # Each train phase's speed, at its global step: its steps over its seconds.
     trains = [r for r in results if r.name == "train"]
-    speeds = _scalars(tmp_path / "train", "time/train_steps_per_second")
-    seconds = _scalars(tmp_path / "train", "time/train_phase_seconds")
+    speeds = _scalars(logdir / "train", "time/train_steps_per_second")
+    seconds = _scalars(logdir / "train", "time/train_phase_seconds")
     assert [s for s, _ in speeds] == [s for s, _ in seconds] == [40, 80]
     np.testing.assert_allclose([v for _, v in seconds], [r.seconds for r in trains], rtol=1e-6)
     np.testing.assert_allclose([v for _, v in speeds], [40 / r.seconds for r in trains],
@@ -97,18 +141,15 @@ def test_compiled_with_xla_the_loop_writes_the_train_scores_itself(tmp_path):
     assert loop.tracing_count() == 1
 
 
-def test_several_steps_per_call_train_like_one(tmp_path):
+def test_several_steps_per_call_train_like_one(trained, tmp_path):
     """3 batch steps per call (the last call of each 10-step phase runs 1): same phases,
-    same episodes, same weights as one step per call."""
-    runs = {}
-    for steps_per_call in (1, 3):
-        tf.keras.utils.set_random_seed(0)  # The same initial weights.
-        loop, algo, step = _loop(tmp_path / str(steps_per_call), steps=40,
-                                 steps_per_call=steps_per_call)
-        runs[steps_per_call] = (loop.run(), algo, loop)
-        assert int(step.numpy()) == 40
-        assert loop.tracing_count() == 1
-    (one, algo_one, _), (three, algo_three, _) = runs[1], runs[3]
+    same episodes, same weights as one step per call (the first phase of `trained`)."""
+    tf.keras.utils.set_random_seed(0)  # The same initial weights.
+    loop, algo, step = _loop(tmp_path, steps=40, steps_per_call=3)
+    three = loop.run()
+    assert int(step.numpy()) == 40
+    assert loop.tracing_count() == 1
+    one = trained.results[:2]
     assert [(r.name, r.global_step) for r in three] == [(r.name, r.global_step) for r in one]
     for a, b in zip(one, three, strict=True):
         if a.name == "train":
@@ -117,96 +158,83 @@ def test_several_steps_per_call_train_like_one(tmp_path):
             assert a.lengths == b.lengths
         else:
             assert len(b.scores) == 4
-    for a, b in zip(algo_one.checkpoint_state["policy"].trainable_variables,
-                    algo_three.checkpoint_state["policy"].trainable_variables, strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
-    assert [s for s, _ in _scalars(tmp_path / "3" / "eval", "mean_score")] == [40]
-    assert len(_scalars(tmp_path / "3" / "train", "mean_score")) >= 2
+    for a, b in zip(trained.first_weights,
+                    algo.checkpoint_state["policy"].trainable_variables, strict=True):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-6)
+    assert [s for s, _ in _scalars(tmp_path / "eval", "mean_score")] == [40]
+    assert len(_scalars(tmp_path / "train", "mean_score")) >= 2
 
 
-def test_resume_restores_and_continues(tmp_path):
-    loop, algo, step = _loop(tmp_path, steps=40)
-    loop.run()
-    weights = [v.numpy() for v in algo.networks.policy.trainable_variables]
-    slots = [v.numpy() for v in algo.checkpoint_state["policy_optimizer"].variables]
-    count = int(algo.checkpoint_state["observ_filter"].count)
-    penalty = float(algo.checkpoint_state["kl_penalty"].numpy())
-
-    loop, algo, step = _loop(tmp_path, steps=80, seed=5)
+def test_resume_restores_and_continues(trained, tmp_path):
+    """A Loop of other seeds restores the trained run's last checkpoint and trains on; made
+    without `started_at`, it writes no start-up seconds."""
+    logdir = _copy(trained, tmp_path)
+    loop, algo, step = _loop(logdir, steps=120, seed=5)
     assert loop.restore() is not None
-    assert int(step.numpy()) == 40
-    for saved, restored in zip(weights, algo.networks.policy.trainable_variables, strict=True):
+    assert int(step.numpy()) == 80
+    for saved, restored in zip(trained.weights, algo.networks.policy.trainable_variables,
+                               strict=True):
         np.testing.assert_array_equal(saved, restored.numpy())
     restored_slots = algo.checkpoint_state["policy_optimizer"].variables
+    slots = trained.slots
     assert len(slots) == len(restored_slots) > 2 and int(slots[0]) > 0  # Iterations, moments.
     for saved, restored in zip(slots, restored_slots, strict=True):
         np.testing.assert_array_equal(saved, restored.numpy())
-    assert int(algo.checkpoint_state["observ_filter"].count) == count
-    assert float(algo.checkpoint_state["kl_penalty"].numpy()) == penalty
+    assert int(algo.checkpoint_state["observ_filter"].count) == trained.observ_count
+    assert float(algo.checkpoint_state["kl_penalty"].numpy()) == trained.kl_penalty
     results = loop.run()
-    assert [r.global_step for r in results] == [80, 80]
-    assert [s for s, _ in _scalars(tmp_path / "eval", "mean_score")] == [40, 80]
+    assert [r.global_step for r in results] == [120, 120]
+    assert [s for s, _ in _scalars(logdir / "eval", "mean_score")] == [40, 80, 120]
+    assert loop.startup_seconds is None
+    assert [s for s, _ in _scalars(logdir / "eval", "time/startup_seconds")] == [40, 80]
 
 
-def test_weights_with_nan_are_never_saved_over_a_good_checkpoint(tmp_path):
-    loop, algo, step = _loop(tmp_path, steps=40)
-    loop.run()
+def test_weights_with_nan_are_never_saved_over_a_good_checkpoint(trained, tmp_path):
+    logdir = _copy(trained, tmp_path)
+    loop, algo, step = _loop(logdir, steps=80)
+    loop.restore()
     good = loop.manager.latest_checkpoint
+    assert good == str(logdir / "ckpt-80")
     weights = algo.networks.policy.trainable_variables[0]
     weights.assign(np.full(weights.shape, np.nan, np.float32))
-    step.assign(60)
+    step.assign(100)
     with pytest.raises(FloatingPointError, match="non-finite values in .*policy"):
         loop.save()
     assert loop.manager.latest_checkpoint == good
-    assert not list(tmp_path.glob("ckpt-60*"))
+    assert not list(logdir.glob("ckpt-100*"))
 
 
-def test_random_generator_state_is_restored(tmp_path):
-    loop, algo, _ = _loop(tmp_path, steps=40)
-    loop.run()
-    state = algo.checkpoint_state["random"].state.numpy().copy()
-    loop, algo, _ = _loop(tmp_path, steps=40, seed=9)
-    assert not np.array_equal(algo.checkpoint_state["random"].state.numpy(), state)
+def test_random_generator_state_is_restored(trained, tmp_path):
+    loop, algo, _ = _loop(_copy(trained, tmp_path), steps=80, seed=9)
+    assert not np.array_equal(algo.checkpoint_state["random"].state.numpy(),
+                              trained.random_state)
     loop.restore()
-    np.testing.assert_array_equal(algo.checkpoint_state["random"].state.numpy(), state)
+    np.testing.assert_array_equal(algo.checkpoint_state["random"].state.numpy(),
+                                  trained.random_state)
 
 
-def test_a_call_of_zero_steps_traces_and_changes_nothing(tmp_path):
+def test_a_call_of_zero_steps_traces_and_changes_nothing(trained):
     """The Loop's first call runs 0 steps: it builds the graph (timed as
     `tracing_seconds`) and leaves the environments and the algorithm as they were."""
-    loop, algo, step = _loop(tmp_path, steps=40)
-    before = [v.numpy().copy() for v in algo.networks.policy.variables]
-    done, score = loop._call(False, False, 0)
-    assert done.shape[0] == 0 and score.shape[0] == 0
-    assert loop.tracing_count() == 1 and int(step.numpy()) == 0
-    for variable, value in zip(algo.networks.policy.variables, before, strict=True):
-        np.testing.assert_array_equal(variable.numpy(), value)
-    assert int(algo._episodes.length.numpy().sum()) == 0
-    loop.run()
+    zero_call, loop, logdir = trained.zero_call, trained.loop, trained.logdir
+    assert zero_call.rows == (0, 0)
+    assert zero_call.tracing_count == 1 and zero_call.step == 0
+    assert zero_call.weights_kept and zero_call.episode_steps == 0
     assert loop.tracing_count() == 1 and loop.tracing_seconds > 0
-    assert [s for s, _ in _scalars(tmp_path / "eval", "time/tracing_seconds")] == [40]
-    training = _scalars(tmp_path / "eval", "time/training_seconds")
+    assert [s for s, _ in _scalars(logdir / "eval", "time/tracing_seconds")] == [40, 80]
+    training = _scalars(logdir / "eval", "time/training_seconds")
     assert training[0][1] > loop.tracing_seconds
 
 
-def test_startup_seconds_run_from_started_at_to_the_tracing(tmp_path):
+def test_startup_seconds_run_from_started_at_to_the_tracing(trained):
     """`on_ready` is called once, after tracing and before the first phase, with
-    `startup_seconds` (from `started_at` to the tracing) set and then written per eval."""
-    created = time.time()
-    loop, _, step = _loop(tmp_path / "timed", steps=80, started_at=created - 50.0)
-    seen = []
-    loop.run(on_phase=lambda result: seen.append(result.name),
-             on_ready=lambda: seen.append((loop.startup_seconds, loop.tracing_seconds,
-                                           int(step.numpy()))))
-    (startup, tracing, at_step), *phases = seen
+    `startup_seconds` (from `started_at` to the tracing) set and then written per eval;
+    a Loop without `started_at`: `test_resume_restores_and_continues`."""
+    (startup, tracing, at_step), *phases = trained.seen
     assert phases == ["train", "eval", "train", "eval"] and at_step == 0 and tracing > 0
-    assert 50.0 <= startup <= 50.0 + (time.time() - created)
-    assert _scalars(tmp_path / "timed" / "eval", "time/startup_seconds") == [
+    assert 50.0 <= startup <= 50.0 + (trained.finished - trained.created)
+    assert _scalars(trained.logdir / "eval", "time/startup_seconds") == [
         (40, pytest.approx(startup)), (80, pytest.approx(startup))]
-    loop, _, _ = _loop(tmp_path / "untimed", steps=40)
-    loop.run()
-    assert loop.startup_seconds is None
-    assert not _scalars(tmp_path / "untimed" / "eval", "time/startup_seconds")
 
 
 def test_episodes_cut_short_count_nowhere_but_end_the_running_length():

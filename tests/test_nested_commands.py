@@ -1,6 +1,10 @@
 """`train`, `export` and `visualize` on the Dict-action task `reach_and_choose` (a `Box` and a
-`Discrete` action leaf, a `Dict` observation with a `Discrete` leaf), in worker processes."""
+`Discrete` action leaf, a `Dict` observation with a `Discrete` leaf), in worker processes.
+The commands run in this process (their `main`); the exported model is served in a new
+process, without batchrl."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -9,6 +13,8 @@ import sys
 import imageio.v2 as imageio
 import numpy as np
 import pytest
+
+from batchrl.scripts import export, train, visualize
 
 SHORT = ["--set", "steps=6000", "--set", "env_backend=processes", "--set", "num_workers=2"]
 _SERVE = """
@@ -26,19 +32,28 @@ np.savez(sys.argv[3], **{key: value.numpy() for key, value in mean.items()},
 """
 
 
-def _run(*args):
+def _serve(*args):
+    """Runs `_SERVE` with `args` in a new Python process."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run([sys.executable, "-c", _SERVE, *args], capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+def _main(program, *args):
+    """`program.main(args)` (a module of `batchrl.scripts`); returns its exit code and what
+    it printed."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = program.main(list(args))
+    return code, output.getvalue()
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("nested") / "run"
-    result = _run("-m", "batchrl.scripts.train", "--config=reach_and_choose",
-                  f"--logdir={logdir}", *SHORT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return logdir, result.stdout
+    code, output = _main(train, "--config=reach_and_choose", f"--logdir={logdir}", *SHORT)
+    assert code == 0, output
+    return logdir, output
 
 
 def test_the_dict_action_task_learns_both_leaves(run_dir):
@@ -51,15 +66,14 @@ def test_the_dict_action_task_learns_both_leaves(run_dir):
 
 def test_export_serves_nested_observations_and_actions(run_dir, tmp_path):
     logdir, _ = run_dir
-    result = _run("-m", "batchrl.scripts.export", f"--logdir={logdir}",
-                  f"--outdir={tmp_path / 'model'}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, output = _main(export, f"--logdir={logdir}", f"--outdir={tmp_path / 'model'}")
+    assert code == 0 and output.startswith("Exported the policy of"), output
     random = np.random.default_rng(0)
     cue = random.integers(0, 3, 200)
     target = random.uniform(-1, 1, (200, 2)).astype(np.float32)
     np.savez(tmp_path / "inputs.npz", observation_cue=cue, observation_target=target)
-    result = _run("-c", _SERVE, str(tmp_path / "model"), str(tmp_path / "inputs.npz"),
-                  str(tmp_path / "out.npz"))
+    result = _serve(str(tmp_path / "model"), str(tmp_path / "inputs.npz"),
+                    str(tmp_path / "out.npz"))
     assert result.returncode == 0, result.stderr[-3000:]
     served = dict(np.load(tmp_path / "out.npz"))
     assert sorted(served) == ["action_kind", "action_move", "sampled_action_kind",
@@ -77,9 +91,9 @@ def test_export_serves_nested_observations_and_actions(run_dir, tmp_path):
 
 def test_visualize_plays_the_nested_policy(run_dir, tmp_path):
     logdir, _ = run_dir
-    result = _run("-m", "batchrl.scripts.visualize", f"--logdir={logdir}",
-                  f"--outdir={tmp_path}", "--max-steps=5")
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, output = _main(visualize, f"--logdir={logdir}", f"--outdir={tmp_path}",
+                         "--max-steps=5")
+    assert code == 0, output
     records = json.loads((tmp_path / "returns.json").read_text())
     assert len(records) == 1 and records[0]["length"] == 5
     with imageio.get_reader(tmp_path / "episode-000.mp4") as reader:
@@ -89,8 +103,6 @@ def test_visualize_plays_the_nested_policy(run_dir, tmp_path):
 
 
 def test_a_network_that_does_not_fit_the_actions_is_a_one_line_error(tmp_path, capsys):
-    from batchrl.scripts import train
-
     assert train.main(["--config=reach_and_choose", f"--logdir={tmp_path / 'run'}",
                        "--set", "network=feed_forward_gaussian"]) == 2
     stderr = capsys.readouterr().err

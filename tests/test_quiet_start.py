@@ -72,17 +72,22 @@ def _python(code):
                           timeout=120, env=_user_environment())
 
 
-def test_quiet_start_then_stderr_reaches_the_user():
+def test_quiet_start_then_stderr_reaches_the_user_and_matplotlib_imports():
     # After the start, fd 2 is the user's again: Python warnings and C-level writes show.
-    code = ("import os, warnings; from batchrl.scripts import train; "
+    # Keras would import matplotlib.pyplot while TensorFlow is imported; the commands hide
+    # it then, and a later import of it still works.
+    code = ("import os, sys, warnings; from batchrl.scripts import train; "
             "train.start_tensorflow(); warnings.warn('batchrl says'); "
-            "os.write(2, b'c level line\\n')")
+            "os.write(2, b'c level line\\n'); "
+            "import keras; print('matplotlib' in sys.modules); "
+            "import matplotlib.pyplot; print(matplotlib.pyplot.__name__)")
     result = _python(code)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert "UserWarning: batchrl says" in lines[0], result.stderr
     assert "c level line" in lines, result.stderr
     assert [line for line in lines if TF_LOG.search(line)] == [], result.stderr
+    assert result.stdout.split() == ["False", "matplotlib.pyplot"]
 
 
 def test_hidden_stderr_hides_fd_2_only_inside_the_block(capfd):
@@ -124,14 +129,3 @@ def test_help_lists_verbose(program, capsys):
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--verbose show TensorFlow's start-up logs" in text
-
-
-def test_start_tensorflow_leaves_matplotlib_unimported_and_importable():
-    # Keras would import matplotlib.pyplot while TensorFlow is imported; the commands hide
-    # it then, and a later import of it still works.
-    code = ("import sys; from batchrl.scripts import train; train.start_tensorflow(); "
-            "import keras; print('matplotlib' in sys.modules); "
-            "import matplotlib.pyplot; print(matplotlib.pyplot.__name__)")
-    result = _python(code)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "matplotlib.pyplot"]

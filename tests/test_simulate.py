@@ -73,17 +73,6 @@ def _setup(durations, observ_shape=(2,)):
     return batch_env, algo, step, events
 
 
-def test_done_sequence_for_fixed_durations():
-    _, _, step, _ = _setup([1, 2, 3, 4])
-    dones = [step(False, False)[0].numpy().tolist() for _ in range(4)]
-    assert dones == [
-        [True, False, False, False],
-        [True, True, False, False],
-        [True, False, True, False],
-        [True, True, False, True],
-    ]
-
-
 def test_calls_are_ordered_within_a_step():
     _, _, step, events = _setup([1, 2, 3, 4])
     step(False, False)
@@ -292,7 +281,8 @@ def _drive_from_the_application(durations, calls):
 
 def test_act_and_observe_call_the_algorithm_as_simulate_does():
     """The application-driven halves make the same algorithm calls, with the same agent
-    indices and the same dones and scores, as `simulate` on the same environments."""
+    indices and the same dones and scores, as `simulate` on the same environments; the
+    dones of episodes of 1, 2, 3 and 4 steps."""
     durations = [1, 2, 3, 4]
     app_events, app_results = _drive_from_the_application(durations, 6)
     _, _, step, events = _setup(durations)
