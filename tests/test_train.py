@@ -1,4 +1,5 @@
-"""The training command line on real Pendulum runs, and its one-line errors."""
+"""The training command line: every shipped config built, one of each kind trained briefly;
+real Pendulum runs, stopped by signals and resumed; its one-line errors."""
 
 import os
 import re
@@ -9,85 +10,98 @@ import time
 
 import pytest
 
-from batchrl import configs
+from batchrl import build, configs, environments
+from batchrl.drivers.loop import Loop
 from batchrl.scripts import train
 from batchrl.scripts.events import read_scalars
 
-SHORT = ["--set", "steps=2000", "--set", "eval_every=1000", "--set", "log_every=500",
-         "--set", "eval_episodes=2", "--set", "num_agents=4", "--set", "update_every=4",
-         "--set", "update_epochs=2"]
+# A brief run: two train phases of 100 batch steps of 2 agents, an update every 2 episodes
+# of at most 50 steps, one eval episode; an off-policy algorithm updates 30 times from step
+# 100 on. Updates are not compiled with XLA (`jit_update`; tests/test_ppo.py and
+# tests/test_off_policy.py compile them): the compilation took longer than the run.
+BRIEF = {"steps": 400, "eval_every": 200, "log_every": 100, "num_agents": 2,
+         "update_every": 2, "update_epochs": 1, "eval_episodes": 1, "max_length": 50,
+         "learning_starts": 100, "replay_capacity": 400, "updates_per_step": 0.1,
+         "jit_update": False}
+# Keys that some algorithm reads: one that the config's algorithm does not read must keep
+# its default (`build.algorithm_class`), so `_sets` leaves it out.
+_ALGORITHM_KEYS = frozenset().union(
+    *(algorithm.config_keys for algorithm in build.ALGORITHMS.values()))
 
 
-def _train(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "batchrl.scripts.train", *args],
-                          capture_output=True, text=True, timeout=600, env=env)
+def _sets(name, values):
+    """`--set` flags of `values` (key -> value) for config `name`, without the keys of
+    other algorithms than its own."""
+    read = build.algorithm_class(configs.load(name)).config_keys
+    return [flag for key, value in values.items()
+            if key not in _ALGORITHM_KEYS or key in read
+            for flag in ("--set", f"{key}={value}")]
 
 
-@pytest.mark.parametrize("env_backend, env", [
-    ("local", "Pendulum-v1"), ("processes", "Pendulum-v1"), ("envpool", "envpool:Pendulum-v1")])
-def test_short_pendulum_run_writes_the_run_directory_and_resumes(tmp_path, env_backend, env):
-    logdir = tmp_path / "run"
-    backend = ["--set", f"env_backend={env_backend}"]
-    started = time.time()
-    result = _train("--config=pendulum", f"--logdir={logdir}", *SHORT, *backend)
-    wall_seconds = time.time() - started
-    assert result.returncode == 0, result.stderr
-    assert "Final eval mean_score" in result.stdout
-    assert "tf.function traces: 1 (train and eval phases share it" in result.stdout
-    assert "UserWarning" not in result.stderr
-    _check_ready_line(result.stdout, logdir, wall_seconds)
-    saved = configs.read_run_config(logdir / "config.yaml")
-    assert saved.steps == 2000 and saved.env == env and saved.env_backend == env_backend
-    assert (logdir / "ckpt-2000.index").exists()
-    assert list((logdir / "train").glob("events.out.tfevents.*"))
-    assert list((logdir / "eval").glob("events.out.tfevents.*"))
-    # The same command with more steps resumes from the checkpoint.
-    more = [arg.replace("steps=2000", "steps=3000") for arg in SHORT]
-    result = _train("--config=pendulum", f"--logdir={logdir}", *more, *backend)
-    assert result.returncode == 0, result.stderr
-    assert "Resuming" in result.stdout and "step 2,000" in result.stdout
-    assert (logdir / "ckpt-3000.index").exists()
+TINY = _sets("pendulum", BRIEF)  # Without the keys of the off-policy algorithms.
 
 
-def _check_ready_line(stdout, logdir, wall_seconds):
-    """The line before the first step gives start-up + tracing, both also in the event
-    files; the start-up precedes the first eval and lies within the command's time."""
-    match = re.search(r"^Ready to train ([\d.]+) s after the command: ([\d.]+) s of start-up "
-                      r"\(imports, environments, networks\), ([\d.]+) s tracing", stdout,
-                      re.MULTILINE)
-    assert match, stdout
-    total, startup, tracing = (float(value) for value in match.groups())
-    assert total == pytest.approx(startup + tracing, abs=0.11)
-    assert 0 < startup and total < wall_seconds
-    assert stdout.index("Ready to train") < stdout.index("step      1,000")
-    written = read_scalars(logdir / "eval", "time/startup_seconds")
-    assert [scalar.step for scalar in written] == [1000, 2000]
-    assert written[0].value == pytest.approx(startup, abs=0.051)
-    tracing_written = read_scalars(logdir / "eval", "time/tracing_seconds")
-    assert tracing_written[0].value == pytest.approx(tracing, abs=0.051)
+def _kind(name):
+    """What sets a config's training apart: (algorithm, where its environments step,
+    network kind: a preset's name, or declared layers / declared per leaf)."""
+    config = configs.load(name)
+    if environments.native_class(config.env) is not None:
+        where = "in-graph"
+    elif environments.envpool_task(config.env) is not None:
+        where = "envpool"
+    else:
+        where = config.env_backend
+    if isinstance(config.network, str):
+        network = config.network
+    else:
+        network = "declared per leaf" if isinstance(config.network, dict) else "declared"
+    return config.algorithm, where, network
 
 
-TINY = ["--set", "steps=400", "--set", "eval_every=200", "--set", "log_every=100",
-        "--set", "num_agents=2", "--set", "update_every=2", "--set", "update_epochs=1",
-        "--set", "eval_episodes=1", "--set", "max_length=50"]
+def _one_config_per_kind():
+    """The first config (in name order) of each `_kind`: a new algorithm, backend or
+    network kind among the configs is trained too."""
+    chosen = {}
+    for name in configs.available():
+        chosen.setdefault(_kind(name), name)
+    return sorted(chosen.values())
 
 
-@pytest.mark.parametrize("name", configs.available())
-def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
-    # In-process (the CLI's main), so that TensorFlow starts once for all configs.
-    algorithm = configs.load(name).algorithm
-    off_policy = algorithm in ("sac", "td3", "dqn")
-    unread = {"update_epochs=1"} if algorithm != "ppo" else set()  # Unread keys are errors.
-    unread |= {"update_every=2"} if off_policy else set()
-    tiny = [arg for pair in zip(TINY[::2], TINY[1::2], strict=True) if pair[1] not in unread
-            for arg in pair]
-    if off_policy:  # Updates within the 400 steps, and a memory of no more.
-        tiny += ["--set", "learning_starts=100", "--set", "replay_capacity=400"]
+TRAINED = _one_config_per_kind()
+
+
+@pytest.mark.parametrize("name", [name for name in configs.available() if name not in TRAINED])
+def test_every_other_shipped_config_builds_against_its_environment(name):
+    """Each config that is not trained below is checked as `train` checks it and its
+    algorithm built, networks and optimizers included, on a batch of its environment (a
+    network that does not fit the spaces raises here), with a small replay memory, stepped
+    in this process."""
+    config = configs.load(name, _sets(name, {"replay_capacity": 100})[1::2])
+    build.check(config)
+    environments.check_backend(config)
+    if config.env_backend in ("processes", "ray"):  # The same environments, stepped here.
+        config = configs.Config(config, env_backend="local")
+    batch_env = environments.create_batch(config)
+    try:
+        agent = build.build(config, batch_env, process_eager=False)
+    finally:
+        batch_env.close()
+    assert type(agent.algo) is build.algorithm_class(config)
+    assert agent.checkpoint.step is agent.step and agent.algo.checkpoint_state
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_one_config_of_each_kind_trains_briefly(tmp_path, capsys, name):
+    """`train` checks and builds the config and trains it briefly (`BRIEF`). In-process (the
+    CLI's main), so that TensorFlow starts once for all configs."""
     called = time.time()
-    assert train.main([f"--config={name}", f"--logdir={tmp_path}", *tiny]) == 0
+    sets = _sets(name, BRIEF)
+    assert train.main([f"--config={name}", f"--logdir={tmp_path}", *sets]) == 0
     took = time.time() - called
     assert (tmp_path / "ckpt-400.index").exists()
+    assert configs.read_run_config(tmp_path / "config.yaml") == configs.load(name, sets[1::2])
+    assert list((tmp_path / "train").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "eval").glob("events.out.tfevents.*"))
     output = capsys.readouterr().out
     assert "Final eval mean_score" in output and "traces: 1 (train and eval" in output
     # Called in-process, the start-up is counted from the call, not the process's start.
@@ -95,14 +109,18 @@ def test_every_shipped_config_trains_briefly(tmp_path, capsys, name):
     assert ready and 0 < float(ready.group(1)) < took, output
 
 
-def test_environment_given_as_module_and_class(tmp_path):
+def test_environment_given_as_module_and_class(tmp_path, capsys):
+    """The run directory holds the config.yaml of a run that failed before its first
+    checkpoint: no run to resume, the new config is taken."""
+    (tmp_path / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
     env = ["--set", "env=batchrl.environments.mock:MockEnvironment",
            "--set", "env_kwargs={observ_shape: [2, 3], action_shape: [2], min_duration: 5, "
                     "max_duration: 20}"]
-    result = _train("--config=pendulum", f"--logdir={tmp_path}", *TINY, *env)
-    assert result.returncode == 0, result.stderr
+    assert train.main(["--config=pendulum", f"--logdir={tmp_path}", *TINY, *env]) == 0
+    assert "Final eval mean_score" in capsys.readouterr().out
     saved = configs.read_run_config(tmp_path / "config.yaml")
-    assert saved.env_kwargs["observ_shape"] == [2, 3]
+    assert saved.env == "batchrl.environments.mock:MockEnvironment"
+    assert saved.env_kwargs["observ_shape"] == [2, 3] and saved.num_agents == 2
 
 
 @pytest.mark.parametrize("args, message", [
@@ -191,17 +209,6 @@ def test_run_of_an_older_release_with_env_processes_resumes(tmp_path, name, old_
         train.check_resume(logdir, configs.load(name, [f"env_backend={other}"]))
 
 
-def test_run_directory_without_checkpoint_takes_a_new_config(tmp_path):
-    """A run that failed before its first checkpoint is no run to resume."""
-    logdir = tmp_path / "run"
-    logdir.mkdir()
-    (logdir / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
-    assert train.main(["--config=pendulum", f"--logdir={logdir}", "--no-progress",
-                       "--set", "num_agents=2", "--set", "steps=400",
-                       "--set", "eval_every=400", "--set", "eval_episodes=1"]) == 0
-    assert configs.read_run_config(logdir / "config.yaml").num_agents == 2
-
-
 def test_network_that_does_not_fit_the_spaces_is_a_one_line_error_writing_nothing(
         tmp_path, capsys):
     logdir = tmp_path / "run"
@@ -222,41 +229,99 @@ def test_logdir_naming_a_file_is_a_one_line_error(tmp_path, capsys):
     assert stderr == f"error: --logdir {path} is a file, not a run directory\n"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_saves_a_checkpoint_and_resume_continues(tmp_path, signum):
+SIGNAL_RUN = ["--config=pendulum", *TINY, "--set", "steps=1000000", "--no-progress"]
+
+
+def _check_ready_line(stdout, logdir, wall_seconds, eval_every):
+    """The line before the first step gives start-up + tracing, both also in the event
+    files of every eval; the start-up precedes the first eval and lies within the command's
+    time."""
+    match = re.search(r"^Ready to train ([\d.]+) s after the command: ([\d.]+) s of start-up "
+                      r"\(imports, environments, networks\), ([\d.]+) s tracing", stdout,
+                      re.MULTILINE)
+    assert match, stdout
+    total, startup, tracing = (float(value) for value in match.groups())
+    assert total == pytest.approx(startup + tracing, abs=0.11)
+    assert 0 < startup and total < wall_seconds
+    first_step = re.search(r"^step ", stdout, re.MULTILINE)
+    assert first_step and stdout.index("Ready to train") < first_step.start(), stdout
+    written = read_scalars(logdir / "eval", "time/startup_seconds")
+    steps = [scalar.step for scalar in written]
+    assert steps == list(range(eval_every, eval_every * len(steps) + 1, eval_every)) != []
+    assert all(scalar.value == pytest.approx(startup, abs=0.051) for scalar in written)
+    tracing_written = read_scalars(logdir / "eval", "time/tracing_seconds")
+    assert tracing_written[0].value == pytest.approx(tracing, abs=0.051)
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path, capsys):
+    """In a new process: SIGTERM once training runs; also the start-up of a fresh process,
+    counted from its start, and no warning. The resumed run: in this process."""
     logdir = tmp_path / "run"
-    args = ["--config=pendulum", f"--logdir={logdir}", "--set", "steps=1000000",
-            "--set", "eval_every=2000", "--set", "num_agents=4", "--set", "eval_episodes=2",
-            "--set", "update_every=4", "--set", "update_epochs=2", "--no-progress"]
+    args = [*SIGNAL_RUN, f"--logdir={logdir}"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    started = time.time()
     process = subprocess.Popen([sys.executable, "-m", "batchrl.scripts.train", *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env)
-    for line in process.stdout:  # Wait until training runs.
+    lines = []
+    for line in process.stdout:  # Wait until training runs: the first phases' line.
+        lines.append(line)
         if line.startswith("step"):
             break
-    process.send_signal(signum)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signum, stderr
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    wall_seconds = time.time() - started
+    assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "Stopped at step" in stderr and "Run the same command again" in stderr
+    assert "UserWarning" not in stderr
     stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    assert stopped >= 2000 and (logdir / f"ckpt-{stopped}.index").exists()
-    resumed = _train(*[arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args])
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"(step {stopped:,})" in resumed.stdout
-    assert (logdir / f"ckpt-{stopped + 400}.index").exists()
+    assert stopped >= 200 and (logdir / f"ckpt-{stopped}.index").exists()
+    _check_ready_line("".join(lines) + stdout, logdir, wall_seconds, eval_every=200)
+    more = [arg.replace("steps=1000000", f"steps={stopped + 200}") for arg in args]
+    assert train.main(more) == 0
+    output = capsys.readouterr().out
+    assert f"Resuming {logdir} from {logdir / f'ckpt-{stopped}'} (step {stopped:,})" in output
+    assert (logdir / f"ckpt-{stopped + 200}.index").exists()
 
 
-def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_path):
+def test_ctrl_c_in_worker_processes_saves_a_checkpoint_and_exits_with_130(
+        tmp_path, capsys, monkeypatch):
+    """`env_backend: processes` for a Gymnasium environment, which no shipped config uses
+    (the others: `test_one_config_of_each_kind_trains_briefly`): a first phase trains and
+    evaluates. SIGINT, raised in this process once the second train phase is saved, takes
+    the handler of SIGTERM (above): the run stops in the eval phase that follows, saves,
+    and `main` returns 128 + 2 with the signal handlers given back."""
+    saved = []
+
+    def save_then_ctrl_c(loop, save=Loop.save):
+        saved.append(save(loop))
+        if len(saved) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return saved[-1]
+
+    monkeypatch.setattr(Loop, "save", save_then_ctrl_c)
+    handler = signal.getsignal(signal.SIGINT)
+    args = [*SIGNAL_RUN, "--set", "env_backend=processes", f"--logdir={tmp_path}"]
+    assert train.main(args) == 128 + signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert saved[:2] == [str(tmp_path / "ckpt-200"), str(tmp_path / "ckpt-400")]
+    output = capsys.readouterr()
+    assert re.search(r"^step +200 .*eval score", output.out, re.MULTILINE), output.out
+    assert (f"Stopped at step 400; saved {tmp_path / 'ckpt-400'}. Run the same command "
+            f"again") in output.err
+    config = configs.read_run_config(tmp_path / "config.yaml")
+    assert config.env_backend == "processes" and config.steps == 1000000
+
+
+def test_non_finite_observation_fails_with_an_error_naming_the_environment(tmp_path, capfd):
     args = ["--config=pendulum", f"--logdir={tmp_path}", *TINY,
             "--set", "env=tests.nan_environment:NanAfterSteps",
             "--set", "env_kwargs={steps: 30}", "--set", "steps=1000"]
-    result = _train(*args)
-    assert result.returncode == 1, result.stderr
-    assert "error: training failed" in result.stderr
-    assert "error: training failed at step" in result.stderr
-    assert "env 0 returned a non-finite observation" in result.stderr, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr.split("error:")[0]
+    assert train.main(args) == 1
+    stderr = capfd.readouterr().err
+    assert "error: training failed at step" in stderr
+    assert "env 0 returned a non-finite observation" in stderr, stderr
+    assert "Traceback (most recent call last)" not in stderr.split("error:")[0]
 
 
 @pytest.mark.parametrize("env_backend", ["local", "processes"])
@@ -275,22 +340,6 @@ def test_environment_constructor_error_is_one_error_line_naming_the_environment(
     assert "env 0 (batchrl.environments.mock:MockEnvironment)" in errors[0]
 
 
-def test_inter_op_threads_are_set_before_tensorflow_runs():
-    script = (
-        "import tensorflow as tf\n"
-        "from batchrl.scripts.train import set_inter_op_threads\n"
-        "set_inter_op_threads(1)\n"
-        "tf.constant(1.0) + 1.0\n"  # TensorFlow runs: the pool is fixed from here on.
-        "print(tf.config.threading.get_inter_op_parallelism_threads())\n"
-        "set_inter_op_threads(0)\n"
-        "print(tf.config.threading.get_inter_op_parallelism_threads())\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1", "1"]
-    assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr
-
-
 @pytest.mark.parametrize("overrides, expected", [
     ({"env_backend": "local"}, 1),
     ({"env_backend": "processes"}, 0),
@@ -304,7 +353,10 @@ def test_inter_op_threads_follow_where_the_environments_run(overrides, expected)
     assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected
 
 
-def test_training_turns_off_the_grappler_passes_that_cost_more_than_they_save():
+def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
+    """In a new process: `configure_tensorflow` sizes the inter-op pool (1 for Pendulum in
+    this process) and turns the Grappler passes off before TensorFlow runs; once it runs,
+    another size warns and is not applied."""
     script = (
         "import tensorflow as tf\n"
         "from batchrl import configs\n"
@@ -313,12 +365,16 @@ def test_training_turns_off_the_grappler_passes_that_cost_more_than_they_save():
         "train.configure_tensorflow(configs.load('pendulum'))\n"
         "after = tf.config.optimizer.get_experimental_options()\n"
         "print(before.get('layout_optimizer'), before.get('remapping'))\n"
-        "print(after['layout_optimizer'], after['remapping'], "
-        "tf.config.threading.get_inter_op_parallelism_threads())\n")
+        "print(after['layout_optimizer'], after['remapping'])\n"
+        "tf.constant(1.0) + 1.0\n"  # TensorFlow runs: the pool is fixed from here on.
+        "print(tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "train.set_inter_op_threads(0)\n"
+        "print(tf.config.threading.get_inter_op_parallelism_threads())\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["None None", "False False 1"]
+    assert result.stdout.splitlines() == ["None None", "False False", "1", "1"]
+    assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr
 
 
 def test_help_names_every_algorithm(capsys):
