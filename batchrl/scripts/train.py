@@ -105,9 +105,26 @@ def check_resume(logdir, config):
                 f"same config or use a new --logdir")
 
 
-def prepare_logdir(logdir, config):
-    """Writes `config.yaml` into the run directory after `check_resume`."""
+def check(config, logdir):
+    """Everything `train` checks before it starts: the config's keys and algorithm
+    (`batchrl.build.check`), its environment backend (`environments.check_backend`) and
+    the run already in `logdir` (`check_resume`). The network is checked against the
+    spaces when it is built.
+
+    Raises:
+      ConfigError: the first mistake found; nothing was written.
+    """
+    from batchrl import build as build_lib
+    from batchrl import environments
+
+    build_lib.check(config)
+    environments.check_backend(config)
     check_resume(logdir, config)
+
+
+def write_run_config(logdir, config):
+    """Writes `config` (what the user asked plus the defaults) as the run directory's
+    `config.yaml`, creating the directory; call it after `check_resume`."""
     logdir = pathlib.Path(logdir)
     path = logdir / "config.yaml"
     logdir.mkdir(parents=True, exist_ok=True)
@@ -213,21 +230,25 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
       `(loop, results)`: the `Loop` (for its tracing counts) and the list of phase results.
 
     Raises:
-      ConfigError: a mistake in the config found when the environments are created (e.g.
-        an unreachable `ray_address`); nothing was written.
+      ConfigError: a mistake in the config (`check`, or found when the environments are
+        created, e.g. an unreachable `ray_address`); nothing was written.
       batchrl.drivers.loop.Interrupted: `stop` was set (or Ctrl-C came in a phase without
         `stop`); a checkpoint of the current step was written first.
       batchrl.drivers.loop.EnvironmentFailed: an environment raised, in its constructor,
         the first reset or during training.
     """
+    check(config, logdir)
+    return _train(config, logdir, progress, on_phase, stop, started_at, filter_logs)
+
+
+def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
+    """`train` of a config that `check` passed."""
     import tensorflow as tf
 
     from batchrl import build as build_lib
     from batchrl import environments
     from batchrl.drivers.loop import EnvironmentFailed, Interrupted
 
-    build_lib.check(config)
-    check_resume(logdir, config)
     configure_tensorflow(config)
     try:
         batch_env = environments.create_batch(config)
@@ -244,7 +265,7 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
     eager = tf.config.functions_run_eagerly()
     try:
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
-        prepare_logdir(logdir, config)
+        write_run_config(logdir, config)
         step = agent.step
         loop = make_loop(config, logdir, agent, progress, stop, started_at)
         resumed = loop.restore()
@@ -331,12 +352,7 @@ def main(argv=None):
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
         start_tensorflow(args.verbose, xla_cache=True)
-        from batchrl import build as build_lib
-        from batchrl import environments
-
-        build_lib.check(config)
-        environments.check_backend(config)
-        check_resume(args.logdir, config)
+        check(config, args.logdir)
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -356,8 +372,8 @@ def main(argv=None):
     previous = {signum: signal.signal(signum, request_stop)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        loop, results = train(config, args.logdir, progress=args.progress, stop=stop,
-                              started_at=started_at, filter_logs=not args.verbose)
+        loop, results = _train(config, args.logdir, args.progress, None, stop, started_at,
+                               filter_logs=not args.verbose)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
     except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.

@@ -118,8 +118,8 @@ def worker(config_name, steps, overrides, logdir):
     from batchrl import configs, environments
     marks["imports"] = time.time()
     config = configs.load(config_name, [*overrides, f"steps={steps}"])
-    build_lib.check(config)
-    train.prepare_logdir(logdir, config)
+    train.check(config, logdir)
+    train.write_run_config(logdir, config)
     train.configure_tensorflow(config)
     batch_env = environments.create_batch(config)
     marks["environments"] = time.time()
