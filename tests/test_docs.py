@@ -9,9 +9,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "docs").glob("*/*.md"))
-# Programs whose text a page shows and a test runs: tests/test_agent_example.py runs the
-# first, tests/test_reinforce_example.py trains with the second, tests/test_dqn_example.py
-# runs the third.
+# Programs whose text a page shows and a test runs (tests/examples/): test_agent_example.py runs
+# the first, test_reinforce_example.py trains with the second, test_dqn_example.py runs the
+# third.
 TESTED_SCRIPTS = [ROOT / "examples" / "agent_cartpole.py", ROOT / "examples" / "reinforce.py",
                   ROOT / "examples" / "dqn_logged_data.py"]
 

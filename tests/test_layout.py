@@ -64,3 +64,17 @@ def test_tools_holds_no_environment():
     assert not any("gymnasium.Env" in path.read_text() and "class " in path.read_text()
                    and "(gymnasium.Env)" in path.read_text()
                    for path in (ROOT / "tools").glob("*.py"))
+
+
+def test_tests_mirror_the_package():
+    """tests/ mirrors the package: a folder of tests per subpackage of batchrl (and for the
+    repository's benchmarks/ and examples/); the tests of the front's modules and of the
+    whole package at the top."""
+    tests = pathlib.Path(__file__).resolve().parent
+    folders = {path.name for path in tests.iterdir()
+               if path.is_dir() and any(path.glob("test_*.py"))}
+    rooms = {path.name for path in ROOT.iterdir() if (path / "__init__.py").exists()}
+    assert folders <= rooms | {"benchmarks", "examples"}, folders - rooms
+    assert not {f"test_{room}.py" for room in rooms} & {path.name for path in tests.glob("*.py")}
+    for folder in folders:
+        assert (tests / folder / "__init__.py").exists(), folder

@@ -12,7 +12,7 @@ from batchrl.algorithms.sac import SAC
 from batchrl.drivers.loop import step_function
 from batchrl.envs import Pendulum
 from batchrl.memories.replay import FIELDS
-from tests.test_replay import NumpyReplay
+from tests.memories.test_replay import NumpyReplay
 
 N_STEP, DISCOUNT = 3, 0.9
 # No update runs (learning_starts is never reached): only what is stored matters here.

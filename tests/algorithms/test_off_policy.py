@@ -236,7 +236,7 @@ def test_update_compiled_with_xla_trains_as_without():
 def test_whole_call_compiles_with_xla_on_in_graph_pendulum():
     """TD3's whole training call (acting, storing, its delayed updates) in one XLA program
     stores and updates as counted. SAC's whole call is compiled by its learning test
-    (tests/test_off_policy_learning.py, `jit_step`)."""
+    (tests/algorithms/test_off_policy_learning.py, `jit_step`)."""
     env = Pendulum(4, max_episode_steps=20, seed=0)
     algo = TD3(env, tf.Variable(0, dtype=tf.int64), tf.Variable(True), tf.Variable(False),
                _config("td3", learning_starts=16))

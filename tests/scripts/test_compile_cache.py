@@ -12,7 +12,7 @@ import pytest
 
 from batchrl.scripts import compile_cache
 
-# TensorFlow's C++ log lines (absl format), as tests/test_quiet_start.py defines them.
+# TensorFlow's C++ log lines (absl format), as tests/scripts/test_quiet_start.py defines them.
 TF_LOG = re.compile(r"^[IWEF]\d{4} ", re.MULTILINE)
 
 

@@ -5,7 +5,7 @@ import pathlib
 import runpy
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "dqn_logged_data.py"
 
 

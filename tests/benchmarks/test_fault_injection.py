@@ -29,7 +29,7 @@ def test_envpool_faults_leave_nothing_behind(tmp_path):
     """NaN actions and bad `env_kwargs`. The bad-action trial runs the same trial code with
     another spoiled action and config (see `test_bad_actions_spoil_env_1_only` and
     `test_sac_commands_load_and_build`); EnvPool's message for that action is checked by
-    tests/test_batch_env_contract.py."""
+    tests/environments/test_batch_env_contract.py."""
     output = tmp_path / "faults.md"
     code = fault_injection.main(["--quick", "--backend", "envpool", "--trials", "2", "--faults",
                                  "nan-action", "bad-kwargs", "--output", str(output)])

@@ -9,7 +9,7 @@ from batchrl.memories.n_step import NStepAccumulator
 from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.memories.samplers import PrioritizedSampler, annealed_beta
 from batchrl.memories.storage import FIELDS, TransitionStorage, cast_fields
-from tests.test_replay import ACTION, OBSERV, NumpyReplay, _random_step
+from tests.memories.test_replay import ACTION, OBSERV, NumpyReplay, _random_step
 
 
 class Actor:

@@ -10,7 +10,7 @@ from tensorboard.util import tensor_util
 
 from batchrl.scripts import train
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 TINY = ["--set", "steps=40", "--set", "eval_every=20", "--set", "log_every=20",
         "--set", "num_agents=2", "--set", "update_every=2", "--set", "eval_episodes=2",
         "--set", "max_length=10", "--set", "env_backend=local"]

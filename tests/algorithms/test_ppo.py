@@ -86,7 +86,7 @@ def test_eval_mode_acts_with_the_mean_and_records_nothing():
 def test_records_whether_episodes_terminated_or_were_truncated():
     """Agent 0's episodes terminate, agent 1's are truncated. The run has no normalization
     (`normalize_observ` and `normalize_reward` false): its filters leave observations and
-    rewards as they are (a run with them moves both: tests/test_learning.py)."""
+    rewards as they are (a run with them moves both: tests/algorithms/test_learning.py)."""
     _, algo, _, run = _setup((2,), [(3, 3), (5, 5)], truncate=[False, True], update_every=50,
                              normalize_observ=False, normalize_reward=False)
     for _ in range(5):

@@ -127,7 +127,7 @@ def test_a_forced_reset_ends_the_cut_episode_as_truncated():
 
 
 def test_trains_without_crash_on_observations_of_two_axes():
-    # Images (9, 9, 3): the shared-layer tests; (1,) and (2, 3, 4): tests/test_ppo.py.
+    # Images (9, 9, 3): the shared-layer tests; (1,) and (2, 3, 4): tests/algorithms/test_ppo.py.
     batch_env, algo, run = _setup([(1, 12), (3, 5), (2, 9)], (2, 3), chunk_length=1,
                                   batch_size=5)
     assert batch_env.observ.dtype == algo._memory.fields["observ"].dtype == tf.float32

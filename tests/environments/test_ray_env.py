@@ -26,7 +26,7 @@ from benchmarks.faults import evidence
 
 pytest.importorskip("ray")  # The extra batchrl[ray].
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PENDULUM = functools.partial(environments.create, "Pendulum-v1", None)
 # benchmarks/faults/envs.py; the cluster's processes have the repository on PYTHONPATH.
 FAULTY = "benchmarks.faults.envs:FaultyPendulum"

@@ -4,7 +4,7 @@ import pathlib
 import runpy
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "agent_cartpole.py"
 
 

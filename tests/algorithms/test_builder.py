@@ -140,9 +140,10 @@ def test_keywords_without_defaults_must_be_config_keys():
         return 0.0
 
     assert build_algorithm("k", loss).required_config_keys() == {("loss_fn", "entropy_coef")}
-    config = configs.load("default", {"algorithm": "tests.test_builder:MISSPELT"})
-    with pytest.raises(configs.ConfigError, match="loss_fn of 'tests.test_builder:MISSPELT' "
-                       "takes the keyword 'entropy_coeff', which is not a config key"):
+    config = configs.load("default", {"algorithm": "tests.algorithms.test_builder:MISSPELT"})
+    with pytest.raises(configs.ConfigError,
+                       match="loss_fn of 'tests.algorithms.test_builder:MISSPELT' takes the "
+                             "keyword 'entropy_coeff', which is not a config key"):
         build.algorithm_class(config)
 
 
@@ -180,8 +181,8 @@ def test_bad_algorithm_keys_name_the_culprit(overrides, message):
     ("a2c", "kl_cutoff_factor", 3.0), ("a2c", "kl_init_penalty", 2.0),
     ("a2c", "normalize_value", True), ("ppo", "optimizer", {"type": "adam"}),
     ("ppo", "value_optimizer", {"type": "adam"}),
-    ("tests.test_builder:POLICY_ONLY", "value_lr", 0.01),
-    ("tests.test_builder:POLICY_ONLY", "gae_lambda", 0.9),
+    ("tests.algorithms.test_builder:POLICY_ONLY", "value_lr", 0.01),
+    ("tests.algorithms.test_builder:POLICY_ONLY", "gae_lambda", 0.9),
 ])
 def test_a_key_the_algorithm_does_not_read_is_an_error(algorithm, key, value):
     """A key that another algorithm reads must keep its default value for one that does

@@ -9,7 +9,7 @@ import pytest
 
 from batchrl.scripts.events import read_scalars
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "reinforce.py"
 
 

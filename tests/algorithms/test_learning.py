@@ -5,9 +5,10 @@ Random policies score about -1,200 on Pendulum and 22 on CartPole; each threshol
 above that and well below what the run reaches (docs/results.md has the full runs).
 Longer learning runs belong to `batchrl-benchmark`, not here: the recurrent PPO policy
 (`batchrl-benchmark --configs pendulum_recurrent`) and TRPO (`--configs pendulum_trpo`),
-whose updates are checked against NumPy by tests/test_ppo_data_flow.py (chunks replayed
-from the stored states), tests/test_trpo_a2c.py and tests/test_optimizers.py (the surrogate,
-the natural gradient step within its KL bound).
+whose updates are checked against NumPy by tests/algorithms/test_ppo_data_flow.py (chunks
+replayed from the stored states), tests/algorithms/test_trpo_a2c.py and
+tests/optimizers/test_optimizers.py (the surrogate, the natural gradient step within its KL
+bound).
 """
 
 import pathlib
@@ -22,7 +23,7 @@ from batchrl.scripts import train
 from batchrl.scripts.events import read_scalars
 from batchrl.scripts.visualize import find_run, restore
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 NATIVE_PENDULUM = ["env=batchrl.envs:Pendulum", "jit_step=true", "steps_per_call=200"]
 NATIVE_CARTPOLE = ["env=batchrl.envs:CartPole", "jit_step=true", "steps_per_call=100"]
 
@@ -57,7 +58,7 @@ def test_reinforce_of_build_algorithm_learns_cartpole(tmp_path, monkeypatch):
 def test_ppo_learns_pendulum(tmp_path):
     # -186 / -251 at 12k steps (seeds 0 / 1), -172 at 16k (seed 0). The observation and
     # reward normalizers' running statistics of the run, restored from its checkpoint,
-    # change both (without normalization they leave them as they are: tests/test_ppo.py).
+    # change both (without normalization they leave them as they are: tests/algorithms/test_ppo.py).
     logdir, score = _final_eval(tmp_path, "pendulum_native", ["steps=12000"])
     assert score >= -400
     config, checkpoint = find_run(logdir)
