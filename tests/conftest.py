@@ -14,6 +14,15 @@ os.environ.setdefault("BATCHRL_XLA_CACHE", str(
     pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "batchrl-xla"))
 compile_cache.enable()
 
+if os.environ.get("BATCHRL_TEST_GRAPPLER") != "1":
+    import tensorflow as tf
+
+    # The tests build many small graphs that each run a few times: Grappler's passes took
+    # about 2/3 of a function's first call and saved less than they cost. Training keeps
+    # them (`batchrl.scripts.train.configure_tensorflow`); the commands that tests start in
+    # new processes do too.
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
 
 # Modules that start Ray clusters: run one after the other on the same worker under
 # pytest-xdist, so that two clusters never share the two cores.
