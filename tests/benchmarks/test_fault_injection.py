@@ -14,9 +14,12 @@ TOTALS = ("hangs: 0", "leftover processes: 0", "unreadable checkpoints: 0",
 
 
 def test_faults_leave_nothing_behind(tmp_path):
+    """A killed worker, a killed run and a run killed inside its checkpoint write. (A
+    worker whose reset raises: tests/environments/test_parallel_batch_env.py; the error
+    line of `train`: tests/scripts/test_train.py.)"""
     output = tmp_path / "faults.md"
-    code = fault_injection.main(["--quick", "--trials", "4", "--faults", "kill", "sigkill",
-                                 "sigkill-save", "raise-reset", "--output", str(output)])
+    code = fault_injection.main(["--quick", "--trials", "3", "--faults", "kill", "sigkill",
+                                 "sigkill-save", "--output", str(output)])
     text = output.read_text()
     assert code == 0, text
     for line in TOTALS:

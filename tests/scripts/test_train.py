@@ -58,16 +58,20 @@ def _kind(name):
     return config.algorithm, where, network
 
 
-def _one_config_per_kind():
-    """The first config (in name order) of each `_kind`: a new algorithm, backend or
-    network kind among the configs is trained too."""
-    chosen = {}
+def _covering_configs():
+    """Configs (in name order, each taken when it brings a value not yet covered) among
+    which every algorithm, every place where environments step and every network kind of
+    the shipped configs (`_kind`) occurs: a new one among the configs is trained too."""
+    chosen, covered = [], set()
     for name in configs.available():
-        chosen.setdefault(_kind(name), name)
-    return sorted(chosen.values())
+        values = set(enumerate(_kind(name)))
+        if values - covered:
+            chosen.append(name)
+            covered |= values
+    return chosen
 
 
-TRAINED = _one_config_per_kind()
+TRAINED = _covering_configs()
 
 
 @pytest.mark.parametrize("name", [name for name in configs.available() if name not in TRAINED])
@@ -91,7 +95,7 @@ def test_every_other_shipped_config_builds_against_its_environment(name):
 
 
 @pytest.mark.parametrize("name", TRAINED)
-def test_one_config_of_each_kind_trains_briefly(tmp_path, capsys, name):
+def test_configs_of_every_kind_train_briefly(tmp_path, capsys, name):
     """`train` checks and builds the config and trains it briefly (`BRIEF`). In-process (the
     CLI's main), so that TensorFlow starts once for all configs."""
     called = time.time()
@@ -287,7 +291,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tmp_path, capsys):
 def test_ctrl_c_in_worker_processes_saves_a_checkpoint_and_exits_with_130(
         tmp_path, capsys, monkeypatch):
     """`env_backend: processes` for a Gymnasium environment, which no shipped config uses
-    (the others: `test_one_config_of_each_kind_trains_briefly`): a first phase trains and
+    (the others: `test_configs_of_every_kind_train_briefly`): a first phase trains and
     evaluates. SIGINT, raised in this process once the second train phase is saved, takes
     the handler of SIGTERM (above): the run stops in the eval phase that follows, saves,
     and `main` returns 128 + 2 with the signal handlers given back."""
