@@ -62,3 +62,19 @@ def test_set_weights_refuses_arrays_of_another_actor():
         algo.actor.set_weights(weights[:-1])
     with pytest.raises(ValueError, match="of shape"):
         algo.actor.set_weights([np.zeros((1, 1), np.float32)] + weights[1:])
+
+
+def test_every_shipped_algorithm_subclasses_the_contract_and_learns_from_a_batch():
+    """PPO (recurrent too: the same class), TRPO, A2C, SAC, TD3, DQN and the REINFORCE of
+    examples/reinforce.py (`build_algorithm`) subclass `Algorithm` and define their own
+    `update(batch)` and acting half; none is abstract."""
+    import inspect
+
+    from batchrl import build
+    from examples.reinforce import REINFORCE
+
+    for cls in [*build.ALGORITHMS.values(), REINFORCE]:
+        assert issubclass(cls, Algorithm), cls
+        assert not inspect.isabstract(cls), (cls, cls.__abstractmethods__)
+        assert cls.update is not Algorithm.update, cls
+        assert list(inspect.signature(cls.update).parameters) == ["self", "batch"], cls
