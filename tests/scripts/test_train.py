@@ -17,12 +17,13 @@ from batchrl.scripts.events import read_scalars
 
 # A brief run: two train phases of 100 batch steps of 2 agents, an update every 2 episodes
 # of at most 50 steps, one eval episode; an off-policy algorithm updates 30 times from step
-# 100 on. Updates are not compiled with XLA (`jit_update`; tests/algorithms/test_ppo.py and
-# tests/algorithms/test_off_policy.py compile them): the compilation took longer than the run.
+# 100 on. Neither updates nor whole calls are compiled with XLA (`jit_update`, `jit_step`;
+# tests/algorithms/test_ppo.py, test_off_policy.py and test_learning.py compile them): the
+# compilation took longer than the run.
 BRIEF = {"steps": 400, "eval_every": 200, "log_every": 100, "num_agents": 2,
          "update_every": 2, "update_epochs": 1, "eval_episodes": 1, "max_length": 50,
          "learning_starts": 100, "replay_capacity": 400, "updates_per_step": 0.1,
-         "jit_update": False}
+         "jit_update": False, "jit_step": False}
 # Keys that some algorithm reads: one that the config's algorithm does not read must keep
 # its default (`build.algorithm_class`), so `_sets` leaves it out.
 _ALGORITHM_KEYS = frozenset().union(
