@@ -114,16 +114,24 @@ def test_configs_of_every_kind_train_briefly(tmp_path, capsys, name):
     assert ready and 0 < float(ready.group(1)) < took, output
 
 
-def test_environment_given_as_module_and_class(tmp_path, capsys):
+def test_environment_given_as_module_and_class(tmp_path, capsys, monkeypatch):
     """The run directory holds the config.yaml of a run that failed before its first
-    checkpoint: no run to resume, the new config is taken."""
+    checkpoint: no run to resume, the new config is taken. The config is checked once, and
+    the run's config.yaml is the config as `configs.load` gave it."""
     (tmp_path / "config.yaml").write_text(configs.dump(configs.load("pendulum")))
+    calls = []
+    for module, name in ((build, "check"), (train, "check_resume")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, original=original, name=name: (
+            calls.append(name), original(*args))[1])
     env = ["--set", "env=batchrl.environments.mock:MockEnvironment",
            "--set", "env_kwargs={observ_shape: [2, 3], action_shape: [2], min_duration: 5, "
                     "max_duration: 20}"]
     assert train.main(["--config=pendulum", f"--logdir={tmp_path}", *TINY, *env]) == 0
     assert "Final eval mean_score" in capsys.readouterr().out
+    assert sorted(calls) == ["check", "check_resume"]
     saved = configs.read_run_config(tmp_path / "config.yaml")
+    assert saved == configs.load("pendulum", [*TINY, *env][1::2])
     assert saved.env == "batchrl.environments.mock:MockEnvironment"
     assert saved.env_kwargs["observ_shape"] == [2, 3] and saved.num_agents == 2
 
