@@ -23,8 +23,7 @@ from gymnasium import spaces
 
 from batchrl.agent import Agent
 
-SMALL = {"policy_layers": [16], "value_layers": [16], "update_every": 4, "update_epochs": 1,
-         "max_length": 10}
+SMALL = {"policy_layers": [16], "value_layers": [16], "max_length": 10}
 BOX = spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACTION = spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32))
 NUM_ENVS = 16
@@ -85,23 +84,23 @@ def _observations(space, random, count):
 
 
 def _export(name, directory):
-    """An agent of the policy `name` trained for one update on random data, its mean actions
-    for `STEPS` steps of fresh observations, its policy's distribution parameters for the
-    first observation (the reference of sampled actions), and its SavedModel in
-    `directory / "model"`."""
+    """An agent of the policy `name` with parameters as training would leave them (its
+    observation normalizer fed 160 observations, its policy's weights moved at random), its
+    mean actions for `STEPS` steps of fresh observations, its policy's distribution
+    parameters for the first observation (the reference of sampled actions), and its
+    SavedModel in `directory / "model"`. (Training itself would trace the update, seconds
+    that add nothing here.)"""
     network, observation_space, action_space = POLICIES[name]
     agent = Agent.create(dict(SMALL), observation_space, action_space, num_envs=NUM_ENVS,
                          network=network)
     random = np.random.default_rng(0)
-    for step in range(10):  # Two 5-step episodes per environment: one update.
-        agent.act(_observations(observation_space, random, NUM_ENVS))
-        ended = np.full(NUM_ENVS, step % 5 == 4)
-        agent.observe(random.normal(size=NUM_ENVS), np.zeros(NUM_ENVS, bool), ended,
-                      final_observation=_observations(observation_space, random, NUM_ENVS))
-    assert agent.step == 10 * NUM_ENVS
+    algo = agent._algo
+    algo.checkpoint_state["observ_filter"].update(
+        _observations(observation_space, random, 10 * NUM_ENVS))
+    for variable in algo.networks.policy.trainable_variables:
+        variable.assign_add(random.normal(0.0, 0.05, variable.shape).astype(np.float32))
     observations = [_observations(observation_space, random, NUM_ENVS) for _ in range(STEPS)]
     actions = [agent.act(observation, deterministic=True) for observation in observations]
-    algo = agent._algo
     normalized = algo.checkpoint_state["observ_filter"].transform(observations[0][:1])
     params, _ = algo.networks.policy(normalized[:, None], tf.zeros([1, algo.state_size]))
     agent.export(directory / "model")
