@@ -32,8 +32,8 @@ def _policy_weights(agent):
 
 
 def _save_load_and_continue(agent, directory, observ_shape, logdir=None):
-    """Saves `agent`, loads it, and plays the same 15 steps (two updates) on both: their
-    actions, their steps after, and their checkpoint variables after."""
+    """Saves `agent`, loads it, and plays the same 15 steps (two updates or more) on both:
+    their actions, their steps after, and their checkpoint variables after."""
     agent.save(directory / "agent")
     loaded = Agent.load(directory / "agent", logdir=logdir)
     state = np.random.get_state()
