@@ -279,7 +279,8 @@ def test_a_config_error_of_the_training_command_stops_the_study(tmp_path, fake, 
     assert _states(tmp_path / "out" / "study.db") == [TrialState.FAIL]
 
 
-def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake):
+def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake, capsys,
+                                                            monkeypatch):
     output = tmp_path / "out"
     command = [sys.executable, "-m", "batchrl.scripts.tune",
                *_fake_args(output, fake, "--jobs", "2", trials=2, seeds=["0"])]
@@ -298,27 +299,29 @@ def test_ctrl_c_stops_the_trials_and_the_same_command_resumes(tmp_path, fake):
         assert (run / "terminated").exists()
         with pytest.raises(ProcessLookupError):
             os.kill(int((run / "pid").read_text()), 0)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, FAKE_SLEEP="0"))
-    assert result.returncode == 0, result.stderr
-    assert "0 of 2 trials done" in result.stdout
+    # The same command again, in this process (the signal handling above needed its own).
+    monkeypatch.setenv("FAKE_SLEEP", "0")
+    capsys.readouterr()
+    assert tune.main(command[3:]) == 0, capsys.readouterr().err
+    assert "0 of 2 trials done" in capsys.readouterr().out
     states = _states(output / "study.db")
     assert states.count(TrialState.FAIL) == 2 and states.count(TrialState.COMPLETE) == 2
 
 
-def test_tiny_real_study(tmp_path):
+def test_tiny_real_study(tmp_path, capsys):
+    """The tuner in this process (as the fake studies above), the real training command in
+    its processes."""
     output = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "batchrl.scripts.tune", "--config=cartpole",
+    code = tune.main(
+        ["--config=cartpole",
          "--search", "policy_lr=log:1e-4:1e-3", "--search", "update_epochs=int:1:2",
          "--trials", "2", "--jobs", "2", "--seeds", "0", "--steps", "1000", "--output", str(output),
          "--set", "eval_every=500", "--set", "eval_episodes=2", "--set", "num_agents=4",
          "--set", "update_every=4", "--set", "log_every=500", "--set", "max_length=50",
-         "--set", "policy_layers=[16]", "--set", "value_layers=[16]"],
-        capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "[trial 0] seed 0 step 1,000 eval" in result.stdout
+         "--set", "policy_layers=[16]", "--set", "value_layers=[16]"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "[trial 0] seed 0 step 1,000 eval" in out
     states = _states(output / "study.db", "cartpole")
     assert len(states) == 2 and set(states) <= {TrialState.COMPLETE, TrialState.PRUNED}
     assert "| 0 | complete |" in (output / "trials.md").read_text()
