@@ -1,15 +1,14 @@
-"""Off-policy runs of the train command: stopped with Ctrl-C and resumed, a run with
-`save_replay: true` continues with the replay memory it had, kept once in RUN/replay/ beside
-the latest checkpoint and in no checkpoint; without it, no memory is saved."""
+"""Off-policy runs of the train command (its `main`, in this process): stopped with Ctrl-C
+and resumed, a run with `save_replay: true` continues with the replay memory it had, kept
+once in RUN/replay/ beside the latest checkpoint and in no checkpoint; without it, no
+memory is saved."""
 
-import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
+from batchrl.drivers.loop import Loop
 from batchrl.scripts import train
 
 # Tiny networks, one eval episode, and the update left to TensorFlow (pendulum_sac compiles
@@ -34,21 +33,29 @@ def _replay(checkpoint):
     return rows, storage
 
 
-def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path):
+def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Ctrl-C, raised in this process at step 600, in the second train phase (the signal
+    handling of the command in a process of its own: tests/scripts/test_train.py): the run
+    stops there and saves its replay memory with the checkpoint of step 600, which no eval
+    (every 400 steps) would have written."""
     logdir = tmp_path / "run"
     args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=1000000",
             "--set", "save_replay=true", *SMALL]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.Popen([sys.executable, "-m", "batchrl.scripts.train", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env)
-    for line in process.stdout:  # Wait until training runs.
-        if line.startswith("step"):
-            break
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGINT, stderr
+    raised = []
+
+    def ctrl_c_at_step_600(loop, check=Loop._check_stop):
+        if int(loop._step.numpy()) >= 600 and not raised:
+            raised.append(int(loop._step.numpy()))
+            signal.raise_signal(signal.SIGINT)
+        return check(loop)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Loop, "_check_stop", ctrl_c_at_step_600)
+        assert train.main(args) == 128 + signal.SIGINT
+    stderr = capsys.readouterr().err
     stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
+    assert stopped == raised[0] == 600, stderr
     rows, stored = _replay(logdir / "replay" / f"ckpt-{stopped}")
     assert rows == stopped  # Every training step stored one transition, eval steps none.
     more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
