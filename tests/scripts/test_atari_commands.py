@@ -4,6 +4,7 @@ shows the observations enlarged, and neither command prints TensorFlow's harmles
 ERROR line."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -18,15 +19,19 @@ HARMLESS = ("E0000 00:00:1795000000.000000    1234 util.cc:131] oneDNN supports 
             "only on platforms with AVX-512. Falling back to the default Eigen-based "
             "implementation if present.")
 OTHER = "E0000 00:00:1795000000.000000    1234 other.cc:7] a C++ error the user must see"
-# Runs `export`'s and then `visualize`'s `main` in one process (argv: HARMLESS, OTHER, then
-# export's flags, "--", visualize's flags), each with its work function (`export_run` /
-# `visualize`) writing both lines to fd 2 first, as TensorFlow does; a line `=== visualize`
-# on stdout and fd 2 divides the output of the two; the exit code is both codes' maximum.
+# Runs `train`'s, `export`'s and then `visualize`'s `main` in one process (argv: HARMLESS,
+# OTHER, then train's flags, "--", export's flags, "--", visualize's flags): train as it is
+# (TensorFlow's own uint8 line, if this CPU prints it, comes then), then export and visualize
+# each with its work function (`export_run` / `visualize`) writing both lines to fd 2 first,
+# as TensorFlow does; a line `=== export` / `=== visualize` on stdout and fd 2 divides the
+# output of the three, and train's exit code is its stdout's last line; the exit code is
+# the three codes' maximum.
 _NOISY = """
 import os, sys
-from batchrl.scripts import export, visualize
+from batchrl.scripts import export, train, visualize
 harmless, other, *flags = sys.argv[1:]
-divide = flags.index("--")
+first = flags.index("--")
+second = flags.index("--", first + 1)
 
 def noisy(module, name):
     work = getattr(module, name)
@@ -37,12 +42,17 @@ def noisy(module, name):
 
     setattr(module, name, wrapped)
 
+trained = train.main(flags[:first])
+print(f"train exit {trained}", flush=True)
 noisy(export, "export_run")
 noisy(visualize, "visualize")
-exported = export.main(flags[:divide])
-print("=== visualize", flush=True)
-os.write(2, b"=== visualize\\n")
-sys.exit(max(exported, visualize.main(flags[divide + 1:])))
+codes = [trained]
+for name, program, argv in (("export", export, flags[first + 1:second]),
+                            ("visualize", visualize, flags[second + 1:])):
+    print(f"=== {name}", flush=True)
+    os.write(2, f"=== {name}\\n".encode())
+    codes.append(program.main(argv))
+sys.exit(max(codes))
 """
 
 
@@ -55,38 +65,40 @@ def _user_environment():
 
 
 @pytest.fixture(scope="module")
-def pong_run(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("atari") / "pong"
+def commands(tmp_path_factory):
+    """A short Pong run, then `export` and `visualize` of it, in one new process (`_NOISY`):
+    its exit code, the run, the two output directories, and `{command: (stdout,
+    stderr)}`."""
+    outdir = tmp_path_factory.mktemp("commands")
+    logdir, model, videos = outdir / "pong", outdir / "model", outdir / "videos"
     result = subprocess.run(
-        [sys.executable, "-m", "batchrl.scripts.train", "--config=pong", f"--logdir={logdir}",
-         "--set", "steps=32", "--set", "num_agents=2", "--set", "rollout_length=8",
-         "--set", "batch_size=8", "--set", "eval_every=32", "--set", "eval_episodes=0"],
+        [sys.executable, "-c", _NOISY, HARMLESS, OTHER,
+         "--config=pong", f"--logdir={logdir}", "--set", "steps=32", "--set", "num_agents=2",
+         "--set", "rollout_length=8", "--set", "batch_size=8", "--set", "eval_every=32",
+         "--set", "eval_episodes=0", "--",
+         f"--logdir={logdir}", f"--outdir={model}", "--",
+         f"--logdir={logdir}", f"--outdir={videos}", "--episodes=1", "--max-steps=40"],
         capture_output=True, text=True, timeout=300, env=_user_environment())
-    assert result.returncode == 0, result.stderr
-    assert "oneDNN supports DT_UINT8" not in result.stderr  # A harmless line, dropped.
-    return logdir
+    stdout, stderr = (re.split(r"^=== (?:export|visualize)\n", text, flags=re.MULTILINE)
+                      for text in (result.stdout, result.stderr))
+    assert len(stdout) == len(stderr) == 3, result.stderr
+    output = {"train": (stdout[0], stderr[0]), "export": (stdout[1], stderr[1]),
+              "visualize": (stdout[2], stderr[2])}
+    return result.returncode, logdir, model, videos, output
 
 
 @pytest.fixture(scope="module")
-def commands(pong_run, tmp_path_factory):
-    """`export` and `visualize` of the Pong run in one new process (`_NOISY`): its exit
-    code, the two output directories, and `{command: (stdout, stderr)}`."""
-    outdir = tmp_path_factory.mktemp("commands")
-    model, videos = outdir / "model", outdir / "videos"
-    result = subprocess.run(
-        [sys.executable, "-c", _NOISY, HARMLESS, OTHER,
-         f"--logdir={pong_run}", f"--outdir={model}", "--",
-         f"--logdir={pong_run}", f"--outdir={videos}", "--episodes=1", "--max-steps=40"],
-        capture_output=True, text=True, timeout=300, env=_user_environment())
-    stdout, stderr = (text.split("=== visualize\n") for text in (result.stdout, result.stderr))
-    assert len(stdout) == len(stderr) == 2, result.stderr
-    output = {"export": (stdout[0], stderr[0]), "visualize": (stdout[1], stderr[1])}
-    return result.returncode, model, videos, output
+def pong_run(commands):
+    _, logdir, _, _, output = commands
+    stdout, stderr = output["train"]
+    assert stdout.strip().splitlines()[-1] == "train exit 0", stdout + stderr
+    assert "oneDNN supports DT_UINT8" not in stderr  # A harmless line, dropped.
+    return logdir
 
 
 def test_export_takes_the_spaces_from_envpool_and_serves_the_restored_policy(
         pong_run, commands):
-    code, outdir, _, output = commands
+    code, _, outdir, _, output = commands
     stdout, stderr = output["export"]
     assert code == 0, stderr
     assert f"to {outdir}" in stdout
@@ -120,8 +132,8 @@ def _restored_actions(logdir, frames):
         batch_env.close()
 
 
-def test_visualize_shows_the_observations_enlarged(commands):
-    code, _, outdir, output = commands
+def test_visualize_shows_the_observations_enlarged(pong_run, commands):
+    code, _, _, outdir, output = commands
     stdout, stderr = output["visualize"]
     assert code == 0, stderr
     assert "Recording 1 episode(s)" in stdout
