@@ -33,12 +33,19 @@ def _replay(checkpoint):
     return rows, storage
 
 
-def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path, capsys,
-                                                                  monkeypatch):
+def _variables(checkpoint):
+    """`{name: shape}` of the variables in the checkpoint at prefix `checkpoint`."""
+    return dict(tf.train.list_variables(str(checkpoint)))
+
+
+def test_sigint_then_resume_continues_with_the_same_replay_memory_kept_once(
+        tmp_path, capsys, monkeypatch):
     """Ctrl-C, raised in this process at step 600, in the second train phase (the signal
     handling of the command in a process of its own: tests/scripts/test_train.py): the run
     stops there and saves its replay memory with the checkpoint of step 600, which no eval
-    (every 400 steps) would have written."""
+    (every 400 steps) would have written. Two checkpoints kept, one replay: that of the
+    latest, which the resumed run restores before it trains on (and the next save
+    replaces)."""
     logdir = tmp_path / "run"
     args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "steps=1000000",
             "--set", "save_replay=true", *SMALL]
@@ -56,49 +63,27 @@ def test_sigint_then_resume_continues_with_the_same_replay_memory(tmp_path, caps
     stderr = capsys.readouterr().err
     stopped = int(stderr.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
     assert stopped == raised[0] == 600, stderr
-    rows, stored = _replay(logdir / "replay" / f"ckpt-{stopped}")
-    assert rows == stopped  # Every training step stored one transition, eval steps none.
-    more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
-    assert train.main(more) == 0
-    final_rows, final = _replay(logdir / "replay" / f"ckpt-{stopped + 400}")
-    assert final_rows == stopped + 400
-    for key, value in stored.items():
-        np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
-
-
-def _variables(checkpoint):
-    """`{name: shape}` of the variables in the checkpoint at prefix `checkpoint`."""
-    return dict(tf.train.list_variables(str(checkpoint)))
-
-
-def test_save_replay_keeps_the_memory_once_and_a_resumed_run_gets_it_back(tmp_path, capsys):
-    """Two checkpoints kept, one replay: that of the latest, which a resumed run restores
-    before it trains on (and the next save replaces)."""
-    logdir = tmp_path / "run"
-    args = ["--config=pendulum_sac", f"--logdir={logdir}", "--set", "save_replay=true",
-            *SMALL]
-    assert train.main([*args, "--set", "steps=800"]) == 0
     checkpoints = sorted(path.name for path in logdir.glob("ckpt-*.index"))
-    assert checkpoints == [f"ckpt-{step}.index" for step in (400, 800)]
+    assert checkpoints == [f"ckpt-{step}.index" for step in (400, 600)]
     for name in checkpoints:
         names = _variables(logdir / name.removesuffix(".index"))
         assert "critic/_output/bias/.ATTRIBUTES/VARIABLE_VALUE" in names
         assert not [key for key in names if key.startswith("replay/")], name
     assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
-        "ckpt-800.data-00000-of-00001", "ckpt-800.index"]
-    assert _variables(logdir / "replay" / "ckpt-800")[
+        "ckpt-600.data-00000-of-00001", "ckpt-600.index"]
+    assert _variables(logdir / "replay" / "ckpt-600")[
         "replay/storage/observ/.ATTRIBUTES/VARIABLE_VALUE"] == [100001, 3]
-    rows, stored = _replay(logdir / "replay" / "ckpt-800")
-    assert rows == 800  # One transition per training step.
+    rows, stored = _replay(logdir / "replay" / f"ckpt-{stopped}")
+    assert rows == stopped  # Every training step stored one transition, eval steps none.
 
-    capsys.readouterr()
-    assert train.main([*args, "--set", "steps=1200"]) == 0
-    assert (f"Replay memory: 800 transitions from {logdir / 'replay' / 'ckpt-800'}."
+    more = [arg.replace("steps=1000000", f"steps={stopped + 400}") for arg in args]
+    assert train.main(more) == 0
+    assert (f"Replay memory: 600 transitions from {logdir / 'replay' / 'ckpt-600'}."
             in capsys.readouterr().out)
     assert sorted(path.name for path in (logdir / "replay").iterdir()) == [
-        "ckpt-1200.data-00000-of-00001", "ckpt-1200.index"]
-    final_rows, final = _replay(logdir / "replay" / "ckpt-1200")
-    assert final_rows == 1200  # Not 400: the resumed run went on from the 800 it had.
+        "ckpt-1000.data-00000-of-00001", "ckpt-1000.index"]
+    final_rows, final = _replay(logdir / "replay" / f"ckpt-{stopped + 400}")
+    assert final_rows == stopped + 400  # Not 400: the resumed run went on from its 600.
     for key, value in stored.items():
         np.testing.assert_array_equal(final[key][:rows], value, err_msg=key)
 
