@@ -1,6 +1,7 @@
 """`batchrl.Agent`: an algorithm of a config, for a loop that the application drives."""
 
 import contextlib
+import functools
 import json
 import pathlib
 import pickle
@@ -367,7 +368,7 @@ class Agent:
             raise ValueError(f"action has {len(transitions['action'])} rows, reward {count}")
         if self._add_transitions is None:
             self._add_transitions = tf.function(
-                self._add_transitions_graph, reduce_retracing=True)
+                self._add_transitions_graph, reduce_retracing=True, autograph=False)
         with self._mode():
             self._add_transitions(transitions)
         return int(self._algo.updates.numpy())
@@ -502,18 +503,21 @@ class Agent:
         observ_spec = spaces.observation_spec(self.observation_space, self._num_envs)
         flat_spec = tf.TensorSpec(self._batch_env.observ.shape, self._batch_env.observ.dtype)
         flags = tf.TensorSpec([self._num_envs], tf.bool)
-        self._act_sampled = tf.function(self._act_graph, input_signature=[observ_spec])
-        self._act_deterministic = tf.function(
+        # Without autograph, as the Loop's step function: the graph code has no Python
+        # control flow on tensors, and autograph's conversion would double the tracing time.
+        function = functools.partial(tf.function, autograph=False)
+        self._act_sampled = function(self._act_graph, input_signature=[observ_spec])
+        self._act_deterministic = function(
             self._act_deterministic_graph, input_signature=[observ_spec])
-        self._flatten = tf.function(
+        self._flatten = function(
             lambda observ: spaces.to_policy_observation(observ, self.observation_space),
             input_signature=[observ_spec])
-        self._observe = tf.function(self._observe_graph, input_signature=[
+        self._observe = function(self._observe_graph, input_signature=[
             tf.TensorSpec([self._num_envs], tf.float32), flags, flags, flat_spec, flags,
             tf.TensorSpec([], tf.bool)])
-        self._reset_eval_state = tf.function(
+        self._reset_eval_state = function(
             self._reset_eval_state_graph, input_signature=[flags])
-        self._end_episodes = tf.function(self._end_episodes_graph, input_signature=[flags])
+        self._end_episodes = function(self._end_episodes_graph, input_signature=[flags])
 
     def _act_graph(self, observation):
         observ = spaces.to_policy_observation(observation, self.observation_space)

@@ -102,13 +102,14 @@ class _ExportedPolicy(tf.Module):
                 def function(observation, state):
                     action, state = act(observation, state, sampled)
                     return dict(action, state=state)
-                return tf.function(function, input_signature=[observ_spec, state_spec])
+                return tf.function(function, input_signature=[observ_spec, state_spec],
+                                   autograph=False)
         else:
             def serve(sampled):
                 def function(observation):
                     batch = tf.shape(tf.nest.flatten(observation)[0])[0]
                     return act(observation, tf.zeros([batch, 0]), sampled)[0]
-                return tf.function(function, input_signature=[observ_spec])
+                return tf.function(function, input_signature=[observ_spec], autograph=False)
 
         self.deterministic = serve(False)
         self.sample = serve(True)

@@ -1,9 +1,8 @@
 """Every public name of DESIGN.md is the documented object on every access."""
 
-import subprocess
-import sys
-
 import pytest
+
+from tests.fresh_process import check_in_fresh_process
 
 _CHECK = """
 import inspect, sys, types
@@ -28,9 +27,7 @@ assert inspect.isclass(batchrl.Agent) and batchrl.Agent is batchrl.Agent
 ])
 def test_exported_names_stay_what_they_are(prelude):
     """In a fresh process, also after the submodules of the same names were imported."""
-    result = subprocess.run([sys.executable, "-c", _CHECK.format(prelude=prelude)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(_CHECK.format(prelude=prelude))
 
 
 def test_importing_the_package_does_not_import_tensorflow_or_ray():
@@ -43,6 +40,4 @@ def test_importing_the_package_does_not_import_tensorflow_or_ray():
             "configs.load('pendulum_trpo'); "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; "
             "assert 'ray' not in sys.modules, 'ray was imported'")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(code)

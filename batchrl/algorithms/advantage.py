@@ -52,6 +52,19 @@ def discounted_cumsum(values, factor):
     return tf.transpose(summed)
 
 
+def last_steps(length, max_length):
+    """bool `[rows, max_length]`: True at each row's last valid step (`length - 1`)."""
+    return tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
+
+
+def value_after(value, ends, end_value):
+    """The value after each step of rows of consecutive steps, float32 `[rows, time]`:
+    `value[:, t + 1]` (`value`: `[rows, time]`), and `end_value` (broadcast to it) where
+    `ends` (bool `[rows, time]`) is True and after the last column."""
+    following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
+    return tf.where(ends, end_value, following)
+
+
 def generalized_advantage(reward, value, bootstrap, length, discount, gae_lambda):
     """GAE(lambda) advantages and lambda-returns of a padded batch of episodes.
 
@@ -79,9 +92,7 @@ def generalized_advantage(reward, value, bootstrap, length, discount, gae_lambda
     """
     max_length = tf.shape(reward)[1]
     mask = sequence_mask(length, max_length)
-    is_last = tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
-    following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
-    next_value = tf.where(is_last, bootstrap[:, None], following)
+    next_value = value_after(value, last_steps(length, max_length), bootstrap[:, None])
     delta = masked(reward + discount * next_value - value, mask)
     advantage = discounted_cumsum(delta, discount * gae_lambda)
     return advantage, masked(advantage + value, mask)
@@ -122,9 +133,7 @@ def rollout_advantage(reward, value, next_value, terminated, done, length, disco
     """
     max_length = tf.shape(reward)[1]
     mask = sequence_mask(length, max_length)
-    is_last = tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
-    following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
-    after = tf.where(done | is_last, next_value, following)
+    after = value_after(value, done | last_steps(length, max_length), next_value)
     not_terminated = 1.0 - tf.cast(terminated, tf.float32)
     delta = masked(reward + discount * not_terminated * after - value, mask)
     factor = discount * gae_lambda * (1.0 - tf.cast(done, tf.float32))

@@ -7,7 +7,13 @@ Actor-Learner Architectures", arXiv:1802.01561, section 4.
 
 import tensorflow as tf
 
-from batchrl.algorithms.advantage import discounted_cumsum, masked, sequence_mask
+from batchrl.algorithms.advantage import (
+    discounted_cumsum,
+    last_steps,
+    masked,
+    sequence_mask,
+    value_after,
+)
 
 
 def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, discount,
@@ -55,10 +61,8 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
     ratio = tf.exp(masked(log_ratio, mask))
     rho = tf.minimum(rho_bar, ratio)
     trace = gae_lambda * tf.minimum(c_bar, ratio)
-    is_last = tf.equal(tf.range(max_length)[None, :], length[:, None] - 1)
-    ends = done | is_last
-    following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
-    after = tf.where(ends, next_value, following)
+    ends = done | last_steps(length, max_length)
+    after = value_after(value, ends, next_value)
     not_terminated = 1.0 - tf.cast(terminated, tf.float32)
     delta = masked(rho * (reward + discount * not_terminated * after - value), mask)
     factor = discount * (1.0 - tf.cast(ends, tf.float32)) * trace
@@ -66,8 +70,7 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
     # across an episode's or the row's end).
     correction = discounted_cumsum(delta, factor)
     target = masked(correction + value, mask)
-    following_target = tf.concat([target[:, 1:], tf.zeros_like(target[:, :1])], 1)
-    target_after = tf.where(ends, next_value, following_target)
+    target_after = value_after(target, ends, next_value)
     pg_rho = tf.minimum(pg_rho_bar, ratio)
     advantage = masked(
         pg_rho * (reward + discount * not_terminated * target_after - value), mask)

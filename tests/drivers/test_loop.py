@@ -8,15 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs
-from batchrl.algorithms.ppo import PPO
 from batchrl.drivers.loop import Loop
-from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.environments.local import BatchEnv
-from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
-from batchrl.networks import feed_forward_gaussian
 from batchrl.scripts.events import read_scalars
+from tests.drivers.ppo_loops import mock_batch, ppo_loop
 
 
 def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=False,
@@ -24,21 +19,11 @@ def _loop(logdir, steps, seed=0, steps_per_call=1, batch_env=None, jit_compile=F
     """A Loop of BatchPPO on `batch_env` (default: 4 MockEnvironments with episodes of 3-6
     steps), evaluating every 40 steps and logging every 20."""
     if batch_env is None:
-        envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(4)]
-        for index, env in enumerate(envs):
-            env.reset(seed=seed + index)
-        batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
-    config = configs.load("default", {"policy_layers": [8], "value_layers": [8],
-                                      "update_every": 4, "update_epochs": 2, "seed": seed})
-    config.update(network=feed_forward_gaussian, max_length=6)
-    step = tf.Variable(0, dtype=tf.int64)
-    is_training = tf.Variable(True)
-    should_log = tf.Variable(True)
-    algo = PPO(batch_env, step, is_training, should_log, config)
-    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-    loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
-                steps=steps, eval_every=40, eval_episodes=4, log_every=20, progress=False,
-                steps_per_call=steps_per_call, jit_compile=jit_compile, started_at=started_at)
+        batch_env = mock_batch(4, (3, 6), seed)
+    loop, algo, step, _ = ppo_loop(
+        logdir, batch_env, 8, 6, {"update_every": 4, "update_epochs": 2, "seed": seed},
+        steps=steps, eval_every=40, eval_episodes=4, steps_per_call=steps_per_call,
+        jit_compile=jit_compile, started_at=started_at)
     return loop, algo, step
 
 
@@ -250,18 +235,8 @@ def test_a_train_phase_shorter_than_an_episode_says_no_episode_ended(tmp_path, c
     """4 agents, train phases of 40 steps (10 per agent), episodes of 12-15 steps: no
     training episode ever ends (each phase begins new ones); the printed lines say so and
     why, with no `nan`, and no train score summary is written (none NaN)."""
-    envs = [MockEnvironment((3,), (1,), 12, 15) for _ in range(4)]
-    for index, env in enumerate(envs):
-        env.reset(seed=index)
-    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
-    config = configs.load("default", {"policy_layers": [8], "value_layers": [8]})
-    config.update(network=feed_forward_gaussian, max_length=15)
-    step, is_training, should_log = (tf.Variable(0, dtype=tf.int64), tf.Variable(True),
-                                     tf.Variable(True))
-    algo = PPO(batch_env, step, is_training, should_log, config)
-    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-    loop = Loop(tmp_path, batch_env, algo, step, is_training, should_log, checkpoint,
-                steps=80, eval_every=40, eval_episodes=4, log_every=20, progress=False)
+    loop, _, _, _ = ppo_loop(tmp_path, mock_batch(4, (12, 15)), 8, 15, steps=80,
+                             eval_every=40, eval_episodes=4)
     capsys.readouterr()
     results = loop.run()
     assert [len(r.scores) for r in results] == [0, 4, 0, 4]

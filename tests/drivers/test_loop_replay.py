@@ -7,14 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs
-from batchrl.algorithms.ppo import PPO
-from batchrl.drivers.loop import Loop
-from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.environments.local import BatchEnv
-from batchrl.environments.mock import MockEnvironment
 from batchrl.memories.replay import ReplayMemory
-from batchrl.networks import feed_forward_gaussian
+from tests.drivers.ppo_loops import mock_batch, ppo_loop
 
 CAPACITY = 16
 
@@ -25,19 +19,8 @@ def _memory():
 
 def _loop(logdir, replay):
     """A Loop (BatchPPO on 2 MockEnvironments, never run here) keeping `replay`."""
-    envs = [MockEnvironment((3,), (1,), 3, 6) for _ in range(2)]
-    for index, env in enumerate(envs):
-        env.reset(seed=index)
-    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
-    config = configs.load("default", {"policy_layers": [4], "value_layers": [4]})
-    config.update(network=feed_forward_gaussian, max_length=6)
-    step, is_training, should_log = (tf.Variable(0, dtype=tf.int64), tf.Variable(True),
-                                     tf.Variable(True))
-    algo = PPO(batch_env, step, is_training, should_log, config)
-    checkpoint = tf.train.Checkpoint(step=step, **algo.checkpoint_state)
-    loop = Loop(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
-                steps=1000, eval_every=40, eval_episodes=0, log_every=20, progress=False,
-                replay=replay)
+    loop, _, step, checkpoint = ppo_loop(logdir, mock_batch(2, (3, 6)), 4, 6, steps=1000,
+                                         eval_every=40, eval_episodes=0, replay=replay)
     return loop, step, checkpoint
 
 

@@ -3,11 +3,12 @@
 `batchrl.tools`' names stay what DESIGN.md says."""
 
 import importlib
-import subprocess
 import sys
 import warnings
 
 import pytest
+
+from tests.fresh_process import check_in_fresh_process
 
 MOVES = {
     "batchrl.tools.loop": "batchrl.drivers.loop",
@@ -66,6 +67,4 @@ for _ in range(3):
 
 def test_tools_simulate_stays_the_function_after_its_old_module_path_is_imported():
     """In a fresh process, where the old paths were imported first."""
-    result = subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(_CHECK)

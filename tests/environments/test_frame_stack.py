@@ -36,7 +36,7 @@ def _setup(durations, frames=FRAMES):
     algo = PPO(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
                tf.Variable(False), config)
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 
@@ -136,7 +136,7 @@ def test_stacks_the_frames_of_a_dict_entry_and_leaves_the_others():
     assert batch_env.observation_space.shape == (1 + 64 * FRAMES,)
     assert algo._memory.fields["observ_bytes"].shape[-1] == 64 * FRAMES  # Kept as bytes.
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 

@@ -3,12 +3,11 @@ gives the new module itself, with a DeprecationWarning, and the new package star
 TensorFlow when imported."""
 
 import importlib
-import subprocess
-import sys
 
 import pytest
 
 from batchrl import algorithms, memories
+from tests.fresh_process import check_in_fresh_process
 
 MOVES = {
     "batchrl.algorithms.memory": "batchrl.memories.episode",
@@ -61,6 +60,4 @@ for old, new in sorted(moves.items()):
 
 
 def test_in_a_fresh_process_each_old_path_warns_once_and_memories_starts_no_tensorflow():
-    result = subprocess.run([sys.executable, "-c", _FRESH.format(moves=MOVES)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(_FRESH.format(moves=MOVES))

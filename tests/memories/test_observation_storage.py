@@ -139,7 +139,7 @@ def test_ppo_keeps_the_image_of_a_dict_observation_as_bytes():
     assert fields["observ_bytes"].shape[2:] == (64,)  # The image; the cue stays float32.
     assert fields["observ"].shape[2:] == (1,)
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 
@@ -174,7 +174,7 @@ def test_dqn_replays_the_image_of_a_dict_observation_from_bytes():
     assert storage["observ_bytes"].dtype == tf.uint8 and storage["observ_bytes"].shape[1:] == (64,)
     assert storage["nextob_bytes"].dtype == tf.uint8 and storage["observ"].shape[1:] == (1,)
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 

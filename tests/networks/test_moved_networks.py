@@ -3,12 +3,12 @@ itself (with a DeprecationWarning), and every name of the old `batchrl.networks`
 still reached as `batchrl.networks.NAME`."""
 
 import importlib
-import subprocess
 import sys
 
 import pytest
 
 from batchrl import _lazy
+from tests.fresh_process import check_in_fresh_process
 
 MOVES = {
     "batchrl.network_spec": "batchrl.networks.spec",
@@ -60,9 +60,7 @@ def test_old_from_imports_give_the_new_modules():
         "assert policies is n.policies and torso is n.torso\n"
         "assert distributions is n.distributions and q_networks is n.q_networks\n"
         "assert TwinQ is n.q_networks.TwinQ\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(code)
 
 
 def test_the_old_networks_module_names_are_reached_on_the_package():
@@ -79,6 +77,4 @@ def test_importing_the_package_and_the_layer_checks_does_not_import_tensorflow()
     code = ("import sys, batchrl.networks; from batchrl.networks import spec; "
             "import batchrl.network_spec; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
-    result = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    check_in_fresh_process(code, "-W", "ignore::DeprecationWarning")

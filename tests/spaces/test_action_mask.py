@@ -136,7 +136,7 @@ def test_dqn_explores_and_acts_within_the_mask():
     try:
         built = build.build(config, batch_env, process_eager=False)
 
-        @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+        @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
         def run(log, reset):
             return simulate(built.batch_env, built.algo, log, reset)
 
