@@ -115,10 +115,11 @@ def test_twin_q_heads_are_independent_networks():
     np.testing.assert_allclose(values[1], h[:, 0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls, observ_shape", [(SAC, (1,)), (TD3, (2, 3, 4))])
+@pytest.mark.parametrize("cls, observ_shape", [(TD3, (2, 3, 4))])
 def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, observ_shape):
-    # Both flatten observations with the same code (`q_networks`); SAC on (2, 3): the
-    # `sac_on_mock` fixture.
+    # SAC and TD3 flatten observations with the same code (`q_networks`); SAC on (1,): the
+    # `sac_on_mock` fixture (a fractional replay ratio there; the whole one here counts the
+    # updates of `OffPolicyAlgorithm`, which both share).
     batch_env = _mock(observ_shape)
     algo = _build(cls, batch_env)
     run = _run(batch_env, algo)
@@ -135,11 +136,11 @@ def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, ob
 
 @pytest.fixture(scope="module")
 def sac_on_mock():
-    """SAC on three MockEnvironments of (2, 3) observations, updating from the first
+    """SAC on three MockEnvironments of (1,) observations, updating from the first
     transition at 0.4 updates per agent step, with a target entropy far above the policy's
     and a fast temperature: what 10 training calls did, then what eval mode does (the
     greedy action and the one performed for the same observations; 5 more calls)."""
-    batch_env = _mock((2, 3))
+    batch_env = _mock((1,))
     algo = _build(SAC, batch_env, updates_per_step=0.4, learning_starts=0,
                   target_entropy=50.0, policy_lr=0.01)
     run = _run(batch_env, algo)
@@ -206,26 +207,36 @@ def _cartpole(count=2):
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
 
 
-def test_update_compiled_with_xla_trains_as_without():
+def test_update_compiled_with_xla_trains_as_without(tmp_path):
     """`jit_update` changes how the update runs, not what it computes: DQN's update (whose
     only random draw, the batch's indices, XLA draws as TensorFlow does; its normal draws
     differ, so SAC's and TD3's updates cannot be compared this way) gives the same loss
     and the same step. Adam's first step moves each weight by about the learning rate
     whatever the gradient's size, so a gradient near 0 that rounds to the other sign
-    moves its weight the other way: a few weights may differ by twice the rate."""
+    moves its weight the other way: a few weights may differ by twice the rate. The
+    compiled one is not played: it starts from the plain one's played state (weights,
+    replay memory, random generator) through a checkpoint."""
+    tf.keras.utils.set_random_seed(5)
+    batch_envs = [_cartpole(), _cartpole()]
+    algos = [_build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+             for batch_env, jit in zip(batch_envs, (False, True), strict=True)]
+    run = _run(batch_envs[0], algos[0])
+    for _ in range(6):
+        run(False, False)
+
+    def state(algo):
+        return tf.train.Checkpoint(**algo.checkpoint_state, **algo.progress_state)
+
+    state(algos[1]).read(state(algos[0]).write(str(tmp_path / "played"))).expect_partial()
+    assert int(algos[1].memory.size.numpy()) == int(algos[0].memory.size.numpy()) == 12
     results = []
-    for jit in (False, True):
-        tf.keras.utils.set_random_seed(5)
-        batch_env = _cartpole()
-        algo = _build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+    for algo in algos:
         initial = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
-        run = _run(batch_env, algo)
-        for _ in range(6):
-            run(False, False)
         diagnostics = algo._update(tf.constant(2))
         weights = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
         results.append(({k: float(v) for k, v in diagnostics.items()}, initial, weights))
-    (plain, initial, plain_weights), (compiled, _, compiled_weights) = results
+    (plain, initial, plain_weights), (compiled, loaded, compiled_weights) = results
+    np.testing.assert_array_equal(loaded, initial)
     for key in ("loss", "q"):
         np.testing.assert_allclose(compiled[key], plain[key], rtol=1e-4, err_msg=key)
     difference = np.abs(compiled_weights - plain_weights)
