@@ -20,8 +20,9 @@ def _setup(algorithm, durations, truncate=False, config_class=configs.Config, **
     config = config_class(configs.load("default", {
         "policy_layers": [16], "value_layers": [16], "update_every": 3, **overrides}))
     config.update(network=feed_forward_gaussian, max_length=8)
-    envs = [RecordingEnvironment((3,), (2,), low, high, truncate=truncate)
-            for low, high in durations]
+    truncates = truncate if isinstance(truncate, list) else [truncate] * len(durations)
+    envs = [RecordingEnvironment((3,), (2,), low, high, truncate=cut)
+            for (low, high), cut in zip(durations, truncates, strict=True)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
@@ -85,14 +86,15 @@ def _recorder():
     return build_algorithm("recorder", loss, postprocess), seen
 
 
-@pytest.mark.parametrize("truncate", [False, True])
-def test_the_batch_holds_what_build_algorithm_documents(truncate):
+def test_the_batch_holds_what_build_algorithm_documents():
     """The batch against what the environments returned, normalized in NumPy: each step's
     reward scaled by the standard deviation of all rewards so far (the update comes after
     the last step's rewards were added), and the bootstrap the value of the episode's
     final observation, normalized with the statistics of the observations acted on before
-    its last step, or 0 for a terminated episode."""
+    its last step, or 0 for a terminated episode (the episodes of 3 and 4 steps end
+    truncated, that of 5 steps terminates)."""
     algorithm, seen = _recorder()
+    truncate = [True, False, True]
     algo, run = _setup(algorithm, [(3, 3), (5, 5), (4, 4)], truncate=truncate, discount=0.7)
     acted, following = [], []
     for _ in range(5):  # The episodes of 3, 4 and 5 steps end: the memory is full.
@@ -105,7 +107,9 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
     steps = np.arange(8)[None, :]
     np.testing.assert_array_equal(seen["mask"], (steps < length[:, None]).astype(np.float32))
     np.testing.assert_array_equal(seen["done"], steps == length[:, None] - 1)
-    np.testing.assert_array_equal(seen["terminated"], seen["done"] & (not truncate))
+    agents = [0, 2, 1]  # The environment of each row: episodes of 3, 4 and 5 steps.
+    truncated = np.array([truncate[agent] for agent in agents])
+    np.testing.assert_array_equal(seen["terminated"], seen["done"] & ~truncated[:, None])
     assert seen["observ"].shape == (3, 8, 3) and seen["action"].shape == (3, 8, 2)
     assert seen["initial_state"].shape == (3, 0)
     assert not seen["reward"][seen["mask"] == 0].any()
@@ -115,7 +119,6 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
     valid = seen["mask"] > 0
     np.testing.assert_allclose(seen["old_policy_mean"][valid], seen["policy_mean"][valid],
                                rtol=1e-5, atol=1e-6)
-    agents = [0, 2, 1]  # The environment of each row: episodes of 3, 4 and 5 steps.
     rewards = np.array([env.rewards for env in algo.envs])  # [agents, 5 steps]
     scale = np.std(rewards, ddof=1) + 1e-8
     assert abs(scale - 1.0) > 0.1, "the scaling shows"
@@ -130,7 +133,8 @@ def test_the_batch_holds_what_build_algorithm_documents(truncate):
         mean, std = before.mean(0), before.std(0, ddof=1)
         finals.append(np.clip((following[last][agent] - mean) / (std + 1e-8), -5.0, 5.0))
     value = algo.networks.value(np.array(finals, np.float32)[:, None])[:, 0].numpy()
-    np.testing.assert_allclose(seen["bootstrap"], 0.0 if not truncate else value,
+    assert np.abs(value[~truncated]).min() > 1e-3, "a bootstrap of 0 shows"
+    np.testing.assert_allclose(seen["bootstrap"], np.where(truncated, value, 0.0),
                                rtol=1e-5, atol=1e-6)
     first = algo.networks.value(seen["observ"][:, :1])[:, 0].numpy()
     assert np.abs(first - value).min() > 1e-3, "the first observation's value differs"
