@@ -13,7 +13,7 @@ from batchrl.algorithms import dqn, off_policy
 from batchrl.algorithms.dqn import DQN
 from batchrl.algorithms.td3 import TD3
 from batchrl.drivers.loop import step_function
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -29,6 +29,8 @@ def _config(algorithm, **overrides):
 
 
 def _run(batch_env, algo):
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
+
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)

@@ -9,7 +9,7 @@ from batchrl import configs
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.ppo import PPO
 from batchrl.drivers.loop import step_function
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -40,6 +40,7 @@ def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrid
     is_training = tf.Variable(True)
     should_log = tf.Variable(False)
     algo = PPO(batch_env, step, is_training, should_log, _config(**overrides))
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):

@@ -20,7 +20,7 @@ from gymnasium import spaces
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.networks import NETWORKS
@@ -77,6 +77,7 @@ class _Run:
         self.config = config
         self.step_var = tf.Variable(0, dtype=tf.int64)
         self.algo = PPO(batch_env, self.step_var, tf.Variable(True), tf.Variable(True), config)
+        episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
         self.parts = self.algo.checkpoint_state
         # Networks of the same shape, loaded with the weights of a given moment.
         self.twin = config.network(batch_env.observation_space, batch_env.action_space, config)

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from batchrl import Agent, configs, networks
 from batchrl.algorithms.ppo import PPO
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -39,6 +39,7 @@ def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
     config.update(network=networks.constructor(config.network), max_length=20)
     algo = PPO(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
                tf.Variable(False), config)
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):
