@@ -11,10 +11,9 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms import dqn, off_policy
 from batchrl.algorithms.dqn import DQN
-from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
 from batchrl.drivers.loop import step_function
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -30,6 +29,8 @@ def _config(algorithm, **overrides):
 
 
 def _run(batch_env, algo):
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
+
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
@@ -115,10 +116,12 @@ def test_twin_q_heads_are_independent_networks():
     np.testing.assert_allclose(values[1], h[:, 0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls, observ_shape", [(SAC, (1,)), (TD3, (2, 3, 4))])
+@pytest.mark.parametrize("cls, observ_shape", [(TD3, (2, 3, 4))])
 def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, observ_shape):
-    # Both flatten observations with the same code (`q_networks`); SAC on (2, 3): the
-    # `sac_on_mock` fixture.
+    # SAC and TD3 flatten observations with the same code (`q_networks`), which SAC's
+    # learning test runs on Pendulum's (3,) (tests/algorithms/test_off_policy_learning.py);
+    # the whole replay ratio here counts the updates of `OffPolicyAlgorithm`, which both
+    # share (SAC's fractional one: the `sac_on_mock` fixture).
     batch_env = _mock(observ_shape)
     algo = _build(cls, batch_env)
     run = _run(batch_env, algo)
@@ -135,18 +138,22 @@ def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, ob
 
 @pytest.fixture(scope="module")
 def sac_on_mock():
-    """SAC on three MockEnvironments of (2, 3) observations, updating from the first
-    transition at 0.4 updates per agent step, with a target entropy far above the policy's
-    and a fast temperature: what 10 training calls did, then what eval mode does (the
-    greedy action and the one performed for the same observations; 5 more calls)."""
-    batch_env = _mock((2, 3))
-    algo = _build(SAC, batch_env, updates_per_step=0.4, learning_starts=0,
-                  target_entropy=50.0, policy_lr=0.01)
+    """SAC with declared convolutions of its own (`_conv_built`: frames of (9, 9, 3)
+    stored as bytes) on three MockEnvironments, updating from the first transition at
+    0.4 updates per agent step, with a target entropy far above the policy's and a fast
+    temperature: what 10 training calls did (`convolutions`: `_conv_kernels` before and
+    after them), then what eval mode does (the greedy action and the one performed for the
+    same observations; 5 more calls)."""
+    built = _conv_built("sac", updates_per_step=0.4, learning_starts=0, target_entropy=50.0,
+                        policy_lr=0.01)
+    batch_env, algo = built.batch_env, built.algo
     run = _run(batch_env, algo)
-    result = {"policy_before": [v.numpy().copy() for v in algo.networks.policy.variables]}
+    result = {"policy_before": [v.numpy().copy() for v in algo.networks.policy.variables],
+              "convolutions": _conv_kernels(algo)}
     for _ in range(10):
         _, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
+    result["convolutions"]["after"] = _conv_kernels(algo)["before"]
     result.update(
         updates=int(algo.updates.numpy()), size=int(algo.memory.size.numpy()),
         update_debt=float(algo.checkpoint_state["update_debt"].numpy()),
@@ -206,26 +213,36 @@ def _cartpole(count=2):
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
 
 
-def test_update_compiled_with_xla_trains_as_without():
+def test_update_compiled_with_xla_trains_as_without(tmp_path):
     """`jit_update` changes how the update runs, not what it computes: DQN's update (whose
     only random draw, the batch's indices, XLA draws as TensorFlow does; its normal draws
     differ, so SAC's and TD3's updates cannot be compared this way) gives the same loss
     and the same step. Adam's first step moves each weight by about the learning rate
     whatever the gradient's size, so a gradient near 0 that rounds to the other sign
-    moves its weight the other way: a few weights may differ by twice the rate."""
+    moves its weight the other way: a few weights may differ by twice the rate. The
+    compiled one is not played: it starts from the plain one's played state (weights,
+    replay memory, random generator) through a checkpoint."""
+    tf.keras.utils.set_random_seed(5)
+    batch_envs = [_cartpole(), _cartpole()]
+    algos = [_build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+             for batch_env, jit in zip(batch_envs, (False, True), strict=True)]
+    run = _run(batch_envs[0], algos[0])
+    for _ in range(6):
+        run(False, False)
+
+    def state(algo):
+        return tf.train.Checkpoint(**algo.checkpoint_state, **algo.progress_state)
+
+    state(algos[1]).read(state(algos[0]).write(str(tmp_path / "played"))).expect_partial()
+    assert int(algos[1].memory.size.numpy()) == int(algos[0].memory.size.numpy()) == 12
     results = []
-    for jit in (False, True):
-        tf.keras.utils.set_random_seed(5)
-        batch_env = _cartpole()
-        algo = _build(DQN, batch_env, jit_update=jit, learning_starts=1000, value_lr=0.001)
+    for algo in algos:
         initial = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
-        run = _run(batch_env, algo)
-        for _ in range(6):
-            run(False, False)
         diagnostics = algo._update(tf.constant(2))
         weights = np.concatenate([v.numpy().ravel() for v in algo.networks.policy.variables])
         results.append(({k: float(v) for k, v in diagnostics.items()}, initial, weights))
-    (plain, initial, plain_weights), (compiled, _, compiled_weights) = results
+    (plain, initial, plain_weights), (compiled, loaded, compiled_weights) = results
+    np.testing.assert_array_equal(loaded, initial)
     for key in ("loss", "q"):
         np.testing.assert_allclose(compiled[key], plain[key], rtol=1e-4, err_msg=key)
     difference = np.abs(compiled_weights - plain_weights)
@@ -284,33 +301,53 @@ def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
     assert not np.allclose(before, kernel.numpy())
 
 
-@pytest.mark.parametrize("algorithm", ["sac", "td3"])
-def test_sac_and_td3_train_declared_convolutions_of_their_own(algorithm):
+def _conv_built(algorithm, **overrides):
+    """`build.build` of `algorithm` with `CONV` (and `value_layers` [8]) for its actor and
+    each critic, on three MockEnvironments of (9, 9, 3) uint8 frames and (2,) actions."""
     from batchrl import build
 
     envs = [MockEnvironment((9, 9, 3), (2,), 2, 7, observ_dtype=np.uint8) for _ in range(3)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     config = _config(algorithm, network=CONV, preprocessing=[{"type": "scale"}],
-                     normalize_observ=False, max_length=20, value_layers=[8])
-    built = build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
-    algo = built.algo
-    assert algo.memory.storage["observ"].dtype == tf.uint8
+                     normalize_observ=False, max_length=20, value_layers=[8], **overrides)
+    return build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
+
+
+def _conv_kernels(algo):
+    """The stored observations' dtype, the id of each convolution kernel (`ids`) and its
+    value (`before`), by model: `policy`, `critic`, `target_policy`, `target_critic`."""
     models = {key: value for key, value in algo.checkpoint_state.items()
               if key in ("policy", "critic", "target_policy", "target_critic")}
     kernels = {key: [v for v in model.variables if len(v.shape) == 4]
                for key, model in models.items()}
-    assert len(kernels["policy"]) == 1 and len(kernels["critic"]) == 2  # A torso per Q.
-    every = [id(v) for group in kernels.values() for v in group]
+    return {"dtype": algo.memory.storage["observ"].dtype,
+            "ids": {key: [id(v) for v in group] for key, group in kernels.items()},
+            "before": {key: [v.numpy().copy() for v in group] for key, group in kernels.items()}}
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_sac_and_td3_train_declared_convolutions_of_their_own(sac_on_mock, algorithm):
+    """SAC's: the `sac_on_mock` fixture's run (10 calls); TD3's 8 calls."""
+    if algorithm == "sac":
+        convolutions = sac_on_mock["convolutions"]
+    else:
+        built = _conv_built(algorithm)
+        convolutions = _conv_kernels(built.algo)
+        run = _run(built.batch_env, built.algo)
+        for _ in range(8):
+            _, score = run(False, False)
+            assert np.isfinite(score.numpy()).all()
+        convolutions["after"] = _conv_kernels(built.algo)["before"]
+    assert convolutions["dtype"] == tf.uint8
+    ids = convolutions["ids"]
+    assert len(ids["policy"]) == 1 and len(ids["critic"]) == 2  # A torso per Q.
+    every = [kernel for group in ids.values() for kernel in group]
     assert len(every) == len(set(every)), "no torso is shared"
-    before = {key: [v.numpy().copy() for v in group] for key, group in kernels.items()}
-    run = _run(built.batch_env, algo)
-    for _ in range(8):
-        _, score = run(False, False)
-        assert np.isfinite(score.numpy()).all()
+    before, after = convolutions["before"], convolutions["after"]
     for key in ("policy", "critic"):  # Both Q functions' convolutions learn.
-        assert all(not np.allclose(a, b.numpy())
-                   for a, b in zip(before[key], kernels[key], strict=True)), key
+        assert all(not np.allclose(a, b)
+                   for a, b in zip(before[key], after[key], strict=True)), key
 
 
 def test_off_policy_networks_refuse_a_recurrent_layer():

@@ -9,7 +9,7 @@ from batchrl import configs
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.ppo import PPO
 from batchrl.drivers.loop import step_function
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -40,6 +40,7 @@ def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrid
     is_training = tf.Variable(True)
     should_log = tf.Variable(False)
     algo = PPO(batch_env, step, is_training, should_log, _config(**overrides))
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):
@@ -48,10 +49,14 @@ def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrid
     return batch_env, algo, is_training, run
 
 
-@pytest.mark.parametrize("observ_shape", [(1,), (2, 3, 4)])  # (2, 3): the recurrent tests.
-def test_trains_without_crash_on_observation_shapes(observ_shape):
-    batch_env, algo, _, run = _setup(observ_shape, [(1, 12), (3, 5), (2, 9)])
+@pytest.mark.parametrize("observ_shape, overrides", [
+    ((1,), dict(chunk_length=4, batch_size=3)),  # Minibatches of 3 chunks of 4 steps.
+    ((2, 3, 4), {}),  # Whole episodes, one full batch. (2, 3): the recurrent tests.
+])
+def test_trains_without_crash_on_observation_shapes(observ_shape, overrides):
+    batch_env, algo, _, run = _setup(observ_shape, [(1, 12), (3, 5), (2, 9)], **overrides)
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
+    value_before = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
     penalty = float(algo.checkpoint_state["kl_penalty"].numpy())
     episodes = 0
     for _ in range(60):
@@ -62,25 +67,54 @@ def test_trains_without_crash_on_observation_shapes(observ_shape):
     after = algo.networks.policy.trainable_variables
     changed = [not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True)]
     assert any(changed), "the policy trained"
+    value_after = algo.networks.value.trainable_variables
+    assert any(not np.allclose(a, b.numpy())
+               for a, b in zip(value_before, value_after, strict=True)), "the value trained"
     assert float(algo.checkpoint_state["kl_penalty"].numpy()) != penalty, "penalty adapted"
     assert int(algo.checkpoint_state["observ_filter"].count) == 60 * 3
     assert run.experimental_get_tracing_count() <= 2
 
 
-def test_eval_mode_acts_with_the_mean_and_records_nothing():
-    batch_env, algo, is_training, run = _setup((3,), [(4, 4), (4, 4)])
+def test_eval_mode_records_nothing_and_episodes_that_do_not_fit_are_dropped():
+    """In eval mode the agents act with the mean and nothing is recorded; back in training,
+    episodes that end when the memory has no row free for them are dropped, and with
+    `reward_normalizer: reward` the rewards' scale is the std of the rewards recorded."""
+    batch_env, algo, is_training, run = _setup((2,), [(2, 2)] * 3, update_every=4,
+                                               reward_normalizer="reward")
     is_training.assign(False)
     observ_filter = algo.checkpoint_state["observ_filter"]
-    run(False, True)
-    for _ in range(2):
-        observ = batch_env.observ.numpy()  # What the next step acts on.
-        run(False, False)
-        normalized = observ_filter.transform(observ)
-        params, _ = algo.networks.policy(normalized[:, None], np.zeros((2, 0), np.float32))
-        mean = params["mean"][:, 0].numpy()
-        np.testing.assert_allclose(batch_env.action.numpy(), mean, rtol=1e-5, atol=1e-6)
+    began, checked = run(False, True)[0].numpy(), 0
+    for _ in range(4):  # Calls 2 and 4 take the second step of an episode.
+        observ = batch_env.observ.numpy()  # What the next step acts on, if none begins.
+        done = run(False, False)[0].numpy()
+        if not began.any():
+            normalized = observ_filter.transform(observ)
+            params, _ = algo.networks.policy(normalized[:, None], np.zeros((3, 0), np.float32))
+            mean = params["mean"][:, 0].numpy()
+            np.testing.assert_allclose(batch_env.action.numpy(), mean, rtol=1e-5, atol=1e-6)
+            checked += 1
+        began = done
+    assert checked == 2
     assert int(observ_filter.count) == 0
     assert int(algo._episodes.length.numpy().sum()) == 0
+    assert int(algo._memory_index.numpy()) == 0
+
+    is_training.assign(True)
+    rewards = []
+
+    def play(reset=False):
+        run(False, reset)
+        episodes, length = algo._episodes.data()
+        rewards.append(episodes["reward"].numpy()[np.arange(3), length.numpy() - 1])
+
+    play(reset=True)  # Every agent begins a new episode.
+    play()  # Three episodes end: memory holds 3 of 4.
+    assert int(algo._memory_index.numpy()) == 3
+    play()
+    play()  # Three more: one fits, the update runs, the memory empties.
+    assert int(algo._memory_index.numpy()) == 0
+    std = float(algo.checkpoint_state["reward_filter"].std.numpy())
+    assert std == pytest.approx(np.std(rewards, ddof=1), rel=1e-4)
 
 
 def test_records_whether_episodes_terminated_or_were_truncated():
@@ -102,43 +136,11 @@ def test_records_whether_episodes_terminated_or_were_truncated():
     np.testing.assert_array_equal(algo._reward_filter.transform(reward).numpy(), reward)
 
 
-def test_episodes_that_do_not_fit_the_memory_are_dropped():
-    _, algo, _, run = _setup((2,), [(2, 2)] * 3, update_every=4)
-    run(False, False)
-    run(False, False)  # Three episodes end: memory holds 3 of 4.
-    assert int(algo._memory_index.numpy()) == 3
-    run(False, False)
-    run(False, False)  # Three more: one fits, the update runs, the memory empties.
-    assert int(algo._memory_index.numpy()) == 0
-
-
-def test_minibatches_of_chunks_train_without_crash():
-    _, algo, _, run = _setup((3,), [(2, 12), (4, 9)], chunk_length=4, batch_size=3)
-    before = [v.numpy().copy() for v in algo.networks.value.trainable_variables]
-    for _ in range(40):
-        run(False, False)
-    after = algo.networks.value.trainable_variables
-    assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
-
-
-def test_recurrent_state_is_reset_for_exactly_the_agents_that_begin_an_episode():
-    batch_env, algo, _, run = _setup(
-        (3,), [(2, 2), (5, 5), (5, 5)], network=recurrent_gaussian, policy_layers=[8, 6],
-        chunk_length=3, batch_size=2)
-    run(False, False)
-    state = algo._state.numpy()
-    assert state.shape == (3, 6) and (np.abs(state) > 0).all()
-    run(False, False)  # Agent 0's episode ends here.
-    before = algo._state.numpy()
-    run(False, False)  # Agent 0 begins a new episode and acts from a zero state.
-    acted_from = algo._last_state.numpy()
-    np.testing.assert_array_equal(acted_from[0], np.zeros(6))
-    np.testing.assert_array_equal(acted_from[1:], before[1:])
-    assert not np.allclose(algo._state.numpy()[1:], before[1:]), "the others advanced"
-
-
 @pytest.mark.parametrize("kind, state_size", [("gru", 6), ("lstm", 12)])
 def test_declared_recurrent_layer_trains_on_chunks_from_stored_states(kind, state_size):
+    """A recurrent layer declared in `network` trains on chunks; at every step the agents
+    that begin an episode act from a zero state, the others from the state their previous
+    step left, which acting advances."""
     from batchrl import configs as configs_lib
     from batchrl import networks
 
@@ -153,12 +155,22 @@ def test_declared_recurrent_layer_trains_on_chunks_from_stored_states(kind, stat
     assert not hasattr(algo.networks.value._hidden, "state_size")
     assert algo.networks.value._hidden.output_size == 6
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
-    stored = []
+    began = np.ones(3, bool)  # The first call begins every agent's episode.
+    mixed = 0  # Calls at which some agents began an episode and others did not.
     for _ in range(50):
+        state = algo._state.numpy()
         done, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
-        stored.append(algo._last_state.numpy().copy())
-    assert np.abs(np.concatenate(stored)).max() > 0, "the state advanced"
+        acted_from = algo._last_state.numpy()
+        assert acted_from.shape == (3, state_size)
+        np.testing.assert_array_equal(acted_from[began], 0.0)
+        np.testing.assert_array_equal(acted_from[~began], state[~began])
+        advanced = algo._state.numpy()
+        assert all(not np.allclose(advanced[agent], acted_from[agent]) for agent in range(3))
+        assert (np.abs(advanced) > 0).any(axis=1).all()
+        mixed += began.any() and not began.all()
+        began = done.numpy()
+    assert mixed >= 5
     after = algo.networks.policy.trainable_variables
     assert any(not np.allclose(a, b.numpy()) for a, b in zip(before, after, strict=True))
 
@@ -191,6 +203,44 @@ def _memory_update(algo):
     return update
 
 
+@pytest.fixture(scope="module")
+def full_memory():
+    """What a PPO (`update_every` 3) on three MockEnvironments of (3,) observations, whose
+    episodes of 4 to 6 steps end truncated, holds once `_fill_memory` filled its memory:
+    its weights, its normalizers' statistics and the memory. `_restored` loads them into
+    PPOs of other configs, which so update on the same episodes without playing them (and
+    tracing `simulate`) again."""
+    _, algo, _, run = _setup((3,), [(4, 6)] * 3, truncate=True, update_every=3)
+    _fill_memory(algo, run, 3)
+    episodes, length = algo._memory.data()
+    return dict(
+        weights=[network.get_weights()
+                 for network in (algo.networks.policy, algo.networks.value)],
+        filters=[[variable.numpy() for variable in algo.checkpoint_state[key].variables]
+                 for key in ("observ_filter", "reward_filter")],
+        episodes={key: value.numpy() for key, value in episodes.items()},
+        length=length.numpy(), final=algo._memory_final.numpy(),
+        terminated=algo._memory_terminated.numpy())
+
+
+def _restored(full_memory, **overrides):
+    """A PPO of `update_every` 3 and `overrides` for the environments of `full_memory`,
+    not played, with its weights, normalizers and full memory loaded."""
+    _, algo, _, _ = _setup((3,), [(4, 6)] * 3, truncate=True, update_every=3, **overrides)
+    for network, weights in zip((algo.networks.policy, algo.networks.value),
+                                full_memory["weights"], strict=True):
+        network.set_weights(weights)
+    for key, values in zip(("observ_filter", "reward_filter"), full_memory["filters"],
+                           strict=True):
+        for variable, value in zip(algo.checkpoint_state[key].variables, values, strict=True):
+            variable.assign(value)
+    algo._memory.replace(full_memory["episodes"], full_memory["length"], tf.range(3))
+    algo._memory_final.assign(full_memory["final"])
+    algo._memory_terminated.assign(full_memory["terminated"])
+    algo._memory_index.assign(3)
+    return algo
+
+
 SCHEDULES = {
     "linear": dict(lr_schedule="linear", kl_schedule="linear", policy_lr=4e-4,
                    value_lr=2e-3),
@@ -198,10 +248,10 @@ SCHEDULES = {
 
 
 @pytest.fixture(scope="module")
-def scheduled():
+def scheduled(full_memory):
     """`scheduled(kind)`: `(algo, update)`, built once per kind of `SCHEDULES`: PPO
-    with `kl_target` 0.04, `kl_cutoff_coef` 1 and `steps` 1,000, its memory full (episodes
-    of 4 steps, `update_every` 3) and not yet trained on; `update = _memory_update(algo)`.
+    with `kl_target` 0.04, `kl_cutoff_coef` 1 and `steps` 1,000, its memory full (that of
+    `full_memory`, three episodes) and not yet trained on; `update = _memory_update(algo)`.
     Each call gives back the weights, the KL penalty and the global step of that moment,
     for each test to begin from. `linear`: both learning rates (4e-4 and 2e-3) and the KL
     target decay over the steps."""
@@ -209,9 +259,8 @@ def scheduled():
 
     def get(kind):
         if kind not in built:
-            _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, steps=1000,
-                                     kl_target=0.04, kl_cutoff_coef=1.0, **SCHEDULES[kind])
-            _fill_memory(algo, run, 3)
+            algo = _restored(full_memory, steps=1000, kl_target=0.04, kl_cutoff_coef=1.0,
+                             **SCHEDULES[kind])
             networks = (algo.networks.policy, algo.networks.value)
             weights = [network.get_weights() for network in networks]
             step = int(algo._step.numpy())
@@ -230,26 +279,21 @@ def scheduled():
     return get
 
 
-def test_kl_is_measured_from_the_configured_reference_policy(scheduled):
+def test_kl_is_measured_from_the_configured_reference_policy(full_memory, scheduled):
     """With a vanishing learning rate the policy does not move: the KL from the policy at
     the update's start is then 0, the KL from a stale stored behaviour policy is not."""
-    _, algo, _, run = _setup((3,), [(3, 3)] * 2, update_every=3, policy_lr=1e-12,
-                             kl_reference="update_start")
-    _fill_memory(algo, run, 3)
+    algo = _restored(full_memory, policy_lr=1e-12, kl_reference="update_start")
     metrics = _memory_update(algo)(tf.constant(0.5))  # The stored behaviour means are 0.5 off.
     assert float(metrics["kl"]) < 1e-6
     _, behaviour = scheduled("constant")  # kl_reference: behaviour, the default.
     assert float(behaviour(tf.constant(0.5))["kl"]) > 0.1
 
 
-def test_update_compiled_with_xla_trains_as_without():
+def test_update_compiled_with_xla_trains_as_without(full_memory):
     """`jit_update` changes how the update runs, not what it computes."""
     weights = []
     for jit in (False, True):
-        tf.keras.utils.set_random_seed(3)
-        _, algo, _, run = _setup((3,), [(4, 4)] * 2, update_every=3, jit_update=jit,
-                                 update_epochs=2)
-        _fill_memory(algo, run, 3)
+        algo = _restored(full_memory, jit_update=jit, update_epochs=2)
         metrics = _memory_update(algo)(tf.constant(0.0))
         assert np.isfinite(float(metrics["policy_loss"]))
         weights.append([v.numpy() for v in algo.networks.policy.trainable_variables])
@@ -321,28 +365,21 @@ def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
     assert moved == pytest.approx(min(norm, max_norm or np.inf), rel=1e-4)
 
 
-def test_observations_are_clipped_to_observ_clip():
-    """Normalized observations stored for training lie within [-observ_clip, observ_clip]."""
-    _, algo, _, run = _setup((3,), [(6, 6)] * 2, update_every=50, observ_clip=0.5)
-    for _ in range(5):
-        run(False, False)
-    episodes, length = algo._episodes.data()
-    stored = episodes["observ"].numpy()[:, :int(length.numpy().min())]
-    assert np.abs(stored).max() == pytest.approx(0.5)
-
-
-@pytest.mark.parametrize("normalizer", ["reward", "return"])
+@pytest.mark.parametrize("normalizer", ["return"])  # `reward`: the eval mode test's run.
 def test_reward_normalizer_takes_the_std_of_rewards_or_of_discounted_returns(normalizer):
     """With `return`, the scale is the std of each agent's discounted return so far, which
-    restarts with every episode (episodes of 4 steps, 10 steps played)."""
+    restarts with every episode (episodes of 4 steps, 10 steps played). The normalized
+    observations stored for training lie within [-observ_clip, observ_clip] (0.5)."""
     _, algo, _, run = _setup((2,), [(4, 4)] * 2, update_every=50, discount=0.9,
-                             reward_normalizer=normalizer)
-    rewards = []
+                             reward_normalizer=normalizer, observ_clip=0.5)
+    rewards, observ = [], []
     for _ in range(10):
         run(False, False)
         episodes, length = algo._episodes.data()
         latest = episodes["reward"].numpy()[np.arange(2), length.numpy() - 1]
         rewards.append(latest)
+        observ.append(episodes["observ"].numpy()[np.arange(2), length.numpy() - 1])
+    assert np.abs(np.array(observ)).max() == pytest.approx(0.5)
     rewards = np.array(rewards)  # [steps, agents]
     expected = rewards.copy()
     if normalizer == "return":
@@ -364,17 +401,16 @@ def _numpy_lambda_returns(reward, value, bootstrap, discount, lam):
 
 
 @pytest.mark.parametrize("normalize", [False, True])
-def test_normalize_value_fits_returns_standardized_by_their_running_statistics(normalize):
+def test_normalize_value_fits_returns_standardized_by_their_running_statistics(
+        full_memory, normalize):
     """`normalize_value`: the network's output is mapped back to returns with the running
     statistics as they are when the update begins (here those of 50 earlier returns of mean
     40 and std 7), for the values and for the bootstraps of the truncated episodes, before
     GAE; the update adds its lambda-returns to the statistics, and the value network fits
     them standardized by the updated statistics (else as they are). A vanishing value
     learning rate keeps the network fixed, so that the one full-batch value loss can be
-    recomputed in NumPy."""
-    _, algo, _, run = _setup((3,), [(4, 6)] * 3, truncate=True, update_every=3,
-                             update_epochs=1, value_lr=1e-12, normalize_value=normalize)
-    _fill_memory(algo, run, 3)
+    recomputed in NumPy. The memory is `full_memory`'s: truncated episodes of 4 to 6 steps."""
+    algo = _restored(full_memory, update_epochs=1, value_lr=1e-12, normalize_value=normalize)
     prior = np.random.default_rng(0).normal(40.0, 7.0, 50)
     if normalize:
         statistics = algo.checkpoint_state["value_filter"]

@@ -20,7 +20,7 @@ from gymnasium import spaces
 
 from batchrl import configs
 from batchrl.algorithms.ppo import PPO
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.networks import NETWORKS
@@ -77,6 +77,7 @@ class _Run:
         self.config = config
         self.step_var = tf.Variable(0, dtype=tf.int64)
         self.algo = PPO(batch_env, self.step_var, tf.Variable(True), tf.Variable(True), config)
+        episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
         self.parts = self.algo.checkpoint_state
         # Networks of the same shape, loaded with the weights of a given moment.
         self.twin = config.network(batch_env.observation_space, batch_env.action_space, config)
@@ -288,19 +289,19 @@ def test_recurrent_chunks_replay_from_the_stored_states(played):
     assert np.mean(kl_if_zero) > 1e-4, "a replay from the zero state would show in the loss"
 
 
-@pytest.mark.parametrize("chunk_length, batch_size, per_epoch", [
-    (None, None, 1),  # Whole episodes, one full batch.
-    (None, 2, 2),     # 3 episodes in minibatches of 2.
-    (2, 3, 3),        # 2 + 3 + 2 = 7 chunks in minibatches of 3.
-    (2, 20, 1),       # A minibatch larger than all chunks.
-])
-def test_optimizer_steps_per_update(chunk_length, batch_size, per_epoch):
-    """One update takes update_epochs * ceil(valid chunks / batch_size) steps of the policy
-    and of the value optimizer (one per epoch for batch_size null); the memory holds episodes
-    of 3, 5 and 3 steps, cut into chunks of chunk_length steps (null: whole episodes)."""
-    run = _Run([(3, 3, False), (5, 5, False), (7, 7, False)], update_every=3, update_epochs=3,
-               max_length=8, chunk_length=chunk_length, batch_size=batch_size,
-               network=NETWORKS["feed_forward_gaussian"])
+STEPS_RUN = dict(update_every=3, update_epochs=3, max_length=8,
+                 network=NETWORKS["feed_forward_gaussian"])
+
+
+@pytest.fixture(scope="module")
+def three_episodes():
+    """A `_Run` (chunks of 2 steps, minibatches of 3) over episodes of 3, 5 and 7 steps,
+    played until its memory of 3 episodes is full and trains, once: its optimizers' steps
+    then, and the memory it trained on (episodes of 3, 5 and 3 steps, padded to the
+    memory's 8 steps) for `test_optimizer_steps_per_update` to load into runs of the other
+    settings, which update on it without playing (and tracing `simulate`) again."""
+    run = _Run([(3, 3, False), (5, 5, False), (7, 7, False)], chunk_length=2, batch_size=3,
+               **STEPS_RUN)
     for _ in range(5):
         run.step()
     optimizers = [run.parts["policy_optimizer"], run.parts["value_optimizer"]]
@@ -308,9 +309,44 @@ def test_optimizer_steps_per_update(chunk_length, batch_size, per_epoch):
     lengths = [len(episode["calls"]) for episode in run.moved]
     assert lengths == [3, 5]
     run.step()  # Agent 0's second episode ends: the memory is full and trains.
-    lengths.append(len(run.moved[-1]["calls"]))
-    chunks = sum(math.ceil(n / (chunk_length or 8)) for n in lengths)
+    episodes = run.moved[-3:]
+    assert [len(episode["calls"]) for episode in episodes] == [3, 5, 3]
+    padded = {key: np.stack([np.concatenate([
+        episode["data"][key],
+        np.zeros((8 - len(episode["calls"]),) + episode["data"][key].shape[1:],
+                 episode["data"][key].dtype)]) for episode in episodes])
+        for key in episodes[0]["data"]}
+    return dict(
+        iterations=[int(optimizer.iterations) for optimizer in optimizers], episodes=padded,
+        length=np.array([3, 5, 3], np.int32),
+        final=np.stack([episode["final"] for episode in episodes]),
+        terminated=np.array([episode["terminated"] for episode in episodes]))
+
+
+@pytest.mark.parametrize("chunk_length, batch_size, per_epoch", [
+    (None, None, 1),  # Whole episodes, one full batch.
+    (None, 2, 2),     # 3 episodes in minibatches of 2.
+    (2, 3, 3),        # 2 + 3 + 2 = 7 chunks in minibatches of 3: `three_episodes`' run.
+    (2, 20, 1),       # A minibatch larger than all chunks.
+])
+def test_optimizer_steps_per_update(three_episodes, chunk_length, batch_size, per_epoch):
+    """One update takes update_epochs * ceil(valid chunks / batch_size) steps of the policy
+    and of the value optimizer (one per epoch for batch_size null); the memory holds episodes
+    of 3, 5 and 3 steps, cut into chunks of chunk_length steps (null: whole episodes)."""
+    chunks = sum(math.ceil(n / (chunk_length or 8)) for n in three_episodes["length"])
     assert per_epoch == math.ceil(chunks / (batch_size or chunks))
+    if (chunk_length, batch_size) == (2, 3):
+        assert three_episodes["iterations"] == [3 * per_epoch] * 2
+        return
+    run = _Run([(3, 3, False), (5, 5, False), (7, 7, False)], chunk_length=chunk_length,
+               batch_size=batch_size, **STEPS_RUN)
+    algo = run.algo
+    algo._memory.replace(three_episodes["episodes"], three_episodes["length"], tf.range(3))
+    algo._memory_final.assign(three_episodes["final"])
+    algo._memory_terminated.assign(three_episodes["terminated"])
+    algo._memory_index.assign(3)
+    algo._update()
+    optimizers = [run.parts["policy_optimizer"], run.parts["value_optimizer"]]
     assert [int(optimizer.iterations) for optimizer in optimizers] == [3 * per_epoch] * 2
 
 

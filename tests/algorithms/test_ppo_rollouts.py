@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from batchrl import Agent, configs, networks
 from batchrl.algorithms.ppo import PPO
-from batchrl.drivers.simulate import simulate
+from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
@@ -39,6 +39,7 @@ def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
     config.update(network=networks.constructor(config.network), max_length=20)
     algo = PPO(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
                tf.Variable(False), config)
+    episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
     def run(log, reset):
@@ -116,16 +117,6 @@ def test_the_update_runs_once_every_agent_filled_its_rollout(filled):
                for a, b in zip(filled["initial"], filled["after"], strict=True))
 
 
-def test_a_forced_reset_ends_the_cut_episode_as_truncated():
-    _, algo, run = _setup([(10, 10), (10, 10)])
-    for _ in range(3):
-        run(False, False)
-    run(False, True)  # A new phase: every agent begins a new episode.
-    memory = algo._memory.fields
-    np.testing.assert_array_equal(memory["done"].numpy()[:, :4], [[0, 0, 1, 0]] * 2)
-    np.testing.assert_array_equal(memory["terminated"].numpy()[:, :4], 0)
-
-
 def test_trains_without_crash_on_observations_of_two_axes():
     # Images (9, 9, 3): the shared-layer tests; (1,) and (2, 3, 4): tests/algorithms/test_ppo.py.
     batch_env, algo, run = _setup([(1, 12), (3, 5), (2, 9)], (2, 3), chunk_length=1,
@@ -189,10 +180,18 @@ def test_value_coef_weighs_the_value_loss_in_the_joint_step():
         np.testing.assert_array_equal(old, new.numpy())
 
 
-def test_the_clipped_surrogate_trains_without_the_kl_terms():
-    _, algo, run = _setup([(3, 3), (5, 5)], clip_ratio=0.2)
+def test_a_forced_reset_ends_the_cut_episode_and_the_clipped_surrogate_trains():
+    """A forced reset (a new phase) ends every agent's episode in progress, as truncated.
+    With `clip_ratio`, the update trains on the clipped surrogate without the KL terms."""
+    _, algo, run = _setup([(10, 10), (10, 10)], clip_ratio=0.2)
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
-    for _ in range(7):
+    for _ in range(3):
+        run(False, False)
+    run(False, True)  # A new phase: every agent begins a new episode.
+    memory = algo._memory.fields
+    np.testing.assert_array_equal(memory["done"].numpy()[:, :4], [[0, 0, 1, 0]] * 2)
+    np.testing.assert_array_equal(memory["terminated"].numpy()[:, :4], 0)
+    for _ in range(3):
         run(False, False)
     result = algo._update()  # On the 7 steps of each row so far.
     after = algo.networks.policy.trainable_variables
