@@ -30,7 +30,7 @@ def _setup(algorithm, durations, truncate=False, config_class=configs.Config, **
                      tf.Variable(False), config)
     episode_state(batch_env)  # Its variables exist before the trace.
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 
@@ -273,7 +273,8 @@ def test_declared_config_keys_are_the_keys_read(algorithm):
     algo = algorithm(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
                      tf.Variable(False), config)
     episode_state(batch_env)
-    tf.function(lambda: simulate(batch_env, algo, False, True)).get_concrete_function()
+    tf.function(lambda: simulate(batch_env, algo, False, True),
+                autograph=False).get_concrete_function()
     declared = set().union(*(other.config_keys for other in build.ALGORITHMS.values()))
     assert set(algorithm.config_keys) <= config.read
     assert config.read & declared == set(algorithm.config_keys)

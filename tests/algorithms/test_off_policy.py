@@ -31,7 +31,7 @@ def _config(algorithm, **overrides):
 def _run(batch_env, algo):
     episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
     return run

@@ -117,7 +117,8 @@ def test_dqn_in_train_environments_sends_start_plus_the_stored_index():
     batch_env = environments.create_batch(config)
     try:
         built = build.build(config, batch_env, process_eager=False)
-        run = tf.function(lambda: simulate(built.batch_env, built.algo, False, False))
+        run = tf.function(lambda: simulate(built.batch_env, built.algo, False, False),
+                          autograph=False)
         for _ in range(8):  # The environments refuse an action outside Discrete(3, start=1).
             run()
     finally:

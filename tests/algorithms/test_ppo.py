@@ -42,7 +42,7 @@ def _setup(observ_shape, durations, truncate=False, action_shape=(2,), **overrid
     algo = PPO(batch_env, step, is_training, should_log, _config(**overrides))
     episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 

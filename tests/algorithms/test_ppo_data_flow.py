@@ -85,7 +85,7 @@ class _Run:
         writer = tf.summary.create_file_writer(str(logdir)) if logdir else None
         self.writer = writer
 
-        @tf.function(input_signature=[])
+        @tf.function(input_signature=[], autograph=False)
         def call():
             if writer is None:
                 return simulate(batch_env, self.algo, False, False)

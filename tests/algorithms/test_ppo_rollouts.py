@@ -41,7 +41,7 @@ def _setup(durations, observ_shape=(3,), truncate=False, **overrides):
                tf.Variable(False), config)
     episode_state(batch_env)  # Its variables exist before the trace: one trace, not two.
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([], tf.bool)] * 2, autograph=False)
     def run(log, reset):
         return simulate(batch_env, algo, log, reset)
 
