@@ -3,18 +3,17 @@ an in-graph task compiled with XLA must end far above a random policy's return.
 
 Random policies score about -1,200 on Pendulum and 22 on CartPole; each threshold is far
 above that and well below what the run reaches (docs/results.md has the full runs).
-Longer learning runs belong to `batchrl-benchmark`, not here: the recurrent PPO policy
+Longer learning runs are benchmarks, not tests: the recurrent PPO policy
 (`batchrl-benchmark --configs pendulum_recurrent`), TRPO (`--configs pendulum_trpo`), A2C
-(`--configs cartpole_a2c`) and docs/algorithms.md's REINFORCE (`--configs reinforce`),
-whose updates are checked against NumPy by tests/algorithms/test_ppo_data_flow.py (chunks
-replayed from the stored states), tests/algorithms/test_trpo_a2c.py (TRPO's surrogate,
-A2C's actor loss, the value loss) and tests/optimizers/test_optimizers.py (the natural
-gradient step within its KL bound), and whose code PPO's run here trains too
-(`OnPolicyAlgorithm`). A2C and REINFORCE had a run here too (in-graph CartPole with
-`jit_step`, seed 0: A2C 190 at 30k steps, threshold 100; REINFORCE 390 at 15k, threshold
-150); REINFORCE, `build_algorithm`'s example, trains through `train` in
-tests/examples/test_reinforce_example.py, and A2C inside `simulate` in
-tests/algorithms/test_builder.py.
+(`--configs cartpole_a2c`; it had a run here: in-graph CartPole with `jit_step`, seed 0,
+190 at 30k steps) and docs/algorithms.md's REINFORCE (`python examples/reinforce.py`; it
+had a run here: 390 at 15k steps). Their updates are
+checked against NumPy (tests/algorithms/test_ppo_data_flow.py: chunks replayed from the
+stored states; tests/algorithms/test_trpo_a2c.py: TRPO's surrogate, A2C's actor loss, the
+value loss; tests/optimizers/test_optimizers.py: the natural gradient step within its KL
+bound); PPO's run here trains their shared code (`OnPolicyAlgorithm`); A2C trains inside
+`simulate` in tests/algorithms/test_builder.py and REINFORCE through `train` in
+tests/examples/test_reinforce_example.py.
 """
 
 import numpy as np
