@@ -59,8 +59,8 @@ def last_steps(length, max_length):
 
 def value_after(value, ends, end_value):
     """The value after each step of rows of consecutive steps, float32 `[rows, time]`:
-    `value[:, t + 1]` (`value`: `[rows, time]`), and `end_value` (broadcast to it) where
-    `ends` (bool `[rows, time]`) is True and after the last column."""
+    `end_value` (broadcast to `[rows, time]`) where `ends` (bool `[rows, time]`) is True,
+    elsewhere `value[:, t + 1]` (`value`: `[rows, time]`; 0 after the last column)."""
     following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
     return tf.where(ends, end_value, following)
 
