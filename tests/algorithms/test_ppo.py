@@ -15,6 +15,7 @@ from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
+from tests.algorithms.ppo_memory import load_memory
 
 
 def _config(**overrides):
@@ -234,10 +235,7 @@ def _restored(full_memory, **overrides):
                            strict=True):
         for variable, value in zip(algo.checkpoint_state[key].variables, values, strict=True):
             variable.assign(value)
-    algo._memory.replace(full_memory["episodes"], full_memory["length"], tf.range(3))
-    algo._memory_final.assign(full_memory["final"])
-    algo._memory_terminated.assign(full_memory["terminated"])
-    algo._memory_index.assign(3)
+    load_memory(algo, full_memory)
     return algo
 
 

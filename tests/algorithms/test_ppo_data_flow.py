@@ -25,6 +25,7 @@ from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.networks import NETWORKS
 from batchrl.scripts import events
+from tests.algorithms.ppo_memory import load_memory
 from tests.recording_environment import RecordingEnvironment
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -341,10 +342,7 @@ def test_optimizer_steps_per_update(three_episodes, chunk_length, batch_size, pe
     run = _Run([(3, 3, False), (5, 5, False), (7, 7, False)], chunk_length=chunk_length,
                batch_size=batch_size, **STEPS_RUN)
     algo = run.algo
-    algo._memory.replace(three_episodes["episodes"], three_episodes["length"], tf.range(3))
-    algo._memory_final.assign(three_episodes["final"])
-    algo._memory_terminated.assign(three_episodes["terminated"])
-    algo._memory_index.assign(3)
+    load_memory(algo, three_episodes)
     algo._update()
     optimizers = [run.parts["policy_optimizer"], run.parts["value_optimizer"]]
     assert [int(optimizer.iterations) for optimizer in optimizers] == [3 * per_epoch] * 2
