@@ -5,7 +5,9 @@ or a YAML file given by path, overridden by `--set KEY=VALUE` pairs (values pars
 Every key must exist in `default.yaml`, and every value must have the default's type.
 """
 
+import copy
 import difflib
+import functools
 import io
 import os
 import pathlib
@@ -78,16 +80,31 @@ def _yaml():
 
 
 def _read(path):
+    """The mapping that the YAML file `path` holds (a new copy at every call: the caller may
+    change it); `{}` for an empty file.
+
+    Raises:
+      ConfigError: the file is not valid YAML, or holds something other than a mapping.
+      OSError: the file cannot be read.
+    """
+    text = pathlib.Path(path).read_text()
     try:
-        with open(path) as file:
-            data = _yaml().load(file)
+        data = _parse(text)
     except ruamel.yaml.YAMLError as error:
         raise ConfigError(f"{path} is not valid YAML: {error}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of keys to values")
-    return data
+    return copy.deepcopy(data)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(text):
+    """YAML `text` parsed, once per text in this process: every `load` reads
+    default.yaml, and the pure-Python parser took 29 ms of a `load`'s 30. Callers copy the
+    result before changing it."""
+    return _yaml().load(text)
 
 
 def available():
@@ -229,7 +246,7 @@ def parse_overrides(pairs):
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
         try:
-            result[key.strip()] = _yaml().load(text) if text.strip() else None
+            result[key.strip()] = copy.deepcopy(_parse(text)) if text.strip() else None
         except ruamel.yaml.YAMLError:
             raise ConfigError(f"--set {pair!r}: the value is not valid YAML") from None
     return result

@@ -71,6 +71,27 @@ def test_config_file_by_path(tmp_path):
     path.write_text("num_agent: 3\n")
     with pytest.raises(configs.ConfigError, match="unknown config key 'num_agent' in mine.yaml"):
         configs.load(str(path))
+    # A file rewritten within the same second (same size, as likely the same mtime) is read
+    # anew: the parsed files are kept by their text.
+    path.write_text("num_agents: 4\n")
+    assert configs.load(str(path)).num_agents == 4
+    path.write_text("num_agents: [3\n")
+    with pytest.raises(configs.ConfigError, match=r"mine.yaml is not valid YAML"):
+        configs.load(str(path))
+    path.write_text("- num_agents: 3\n")
+    with pytest.raises(configs.ConfigError, match=r"mine.yaml must hold a mapping"):
+        configs.load(str(path))
+
+
+def test_loaded_configs_do_not_share_values():
+    """A caller that changes a loaded config's list changes nothing that a later load or a
+    run's config.yaml gives (the files are parsed once per process)."""
+    first = configs.load("pendulum")
+    expected = list(first.policy_layers)
+    first.policy_layers.append(7)
+    first.env_kwargs["spoiled"] = True
+    again = configs.load("pendulum")
+    assert again.policy_layers == expected and "spoiled" not in again.env_kwargs
 
 
 def test_run_config_of_an_older_run_takes_defaults_for_newer_keys(tmp_path):
