@@ -19,6 +19,7 @@ from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import q_networks
+from batchrl.scripts.events import read_scalars
 
 SMALL = {"policy_layers": [16], "value_layers": [16], "learning_starts": 8,
          "batch_size": 8, "replay_capacity": 64}
@@ -137,22 +138,28 @@ def test_continuous_algorithms_train_without_crash_on_observation_shapes(cls, ob
 
 
 @pytest.fixture(scope="module")
-def sac_on_mock():
+def sac_on_mock(tmp_path_factory):
     """SAC with declared convolutions of its own (`_conv_built`: frames of (9, 9, 3)
     stored as bytes) on three MockEnvironments, updating from the first transition at
     0.4 updates per agent step, with a target entropy far above the policy's and a fast
     temperature: what 10 training calls did (`convolutions`: `_conv_kernels` before and
-    after them), then what eval mode does (the greedy action and the one performed for the
-    same observations; 5 more calls)."""
+    after them; `summaries`: the directory its summaries went to, `log_every` 6, the step
+    counted up by the 3 agents' steps after each call), then what eval mode does (the greedy
+    action and the one performed for the same observations; 5 more calls)."""
     built = _conv_built("sac", updates_per_step=0.4, learning_starts=0, target_entropy=50.0,
-                        policy_lr=0.01)
+                        policy_lr=0.01, log_every=6)
     batch_env, algo = built.batch_env, built.algo
     run = _run(batch_env, algo)
     result = {"policy_before": [v.numpy().copy() for v in algo.networks.policy.variables],
-              "convolutions": _conv_kernels(algo)}
-    for _ in range(10):
-        _, score = run(False, False)
-        assert np.isfinite(score.numpy()).all()
+              "convolutions": _conv_kernels(algo),
+              "summaries": tmp_path_factory.mktemp("sac_summaries")}
+    writer = tf.summary.create_file_writer(str(result["summaries"]))
+    with writer.as_default(step=built.step):
+        for _ in range(10):
+            _, score = run(False, False)
+            assert np.isfinite(score.numpy()).all()
+            built.step.assign_add(3)
+    writer.close()
     result["convolutions"]["after"] = _conv_kernels(algo)["before"]
     result.update(
         updates=int(algo.updates.numpy()), size=int(algo.memory.size.numpy()),
@@ -176,6 +183,22 @@ def test_fractional_replay_ratio_carries_its_remainder(sac_on_mock):
     np.testing.assert_allclose(sac_on_mock["update_debt"], 0.0, atol=1e-5)
     assert any(not np.allclose(a, b) for a, b in zip(
         sac_on_mock["policy_before"], sac_on_mock["policy_after"], strict=True))
+
+
+def test_update_summaries_are_written_at_most_once_per_log_every_steps(sac_on_mock):
+    """While `should_log`, an update writes its summaries (under `sac/`) when `log_every`
+    (6) or more steps passed since the last write: the fixture's calls at steps 0, 3, ...,
+    27 each run 1 or 2 updates (0.4 per step of 3 agents), so the writes fall at the steps
+    this rule picks."""
+    expected, last = [], None
+    for call, step in enumerate(range(0, 30, 3)):
+        updates = math.floor(0.4 * 3 * (call + 1)) - math.floor(0.4 * 3 * call)
+        if updates and (last is None or step >= last + 6):
+            expected.append(step)
+            last = step
+    for tag in ("sac/critic_loss", "sac/replay_size"):
+        steps = [scalar.step for scalar in read_scalars(sac_on_mock["summaries"], tag)]
+        assert steps == expected, tag
 
 
 def test_eval_mode_acts_greedily_and_stores_nothing(sac_on_mock):
