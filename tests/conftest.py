@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from batchrl.scripts import compile_cache
+from batchrl.scripts import compile_cache, train
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # XLA's programs compiled by the tests, in this process (TensorFlow is not imported yet)
@@ -14,13 +14,15 @@ os.environ.setdefault("BATCHRL_XLA_CACHE", str(
     pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "batchrl-xla"))
 compile_cache.enable()
 
-if os.environ.get("BATCHRL_TEST_GRAPPLER") != "1":
+# The tests build many small graphs that each run a few times: Grappler's passes took
+# about 2/3 of a function's first call and saved less than they cost. Training keeps them
+# unless BATCHRL_GRAPPLER is off (`batchrl.scripts.train.grappler_off`), as it is here, in
+# this process and in the commands the tests start (about 3 s sooner ready each).
+# BATCHRL_GRAPPLER=on runs the suite with Grappler.
+os.environ.setdefault("BATCHRL_GRAPPLER", "off")
+if train.grappler_off():
     import tensorflow as tf
 
-    # The tests build many small graphs that each run a few times: Grappler's passes took
-    # about 2/3 of a function's first call and saved less than they cost. Training keeps
-    # them (`batchrl.scripts.train.configure_tensorflow`); the commands that tests start in
-    # new processes do too.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 

@@ -367,10 +367,12 @@ def test_inter_op_threads_follow_where_the_environments_run(overrides, expected)
 
 
 def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
-    """In a new process: `configure_tensorflow` sizes the inter-op pool (1 for Pendulum in
-    this process) and turns the Grappler passes off before TensorFlow runs; once it runs,
-    another size warns and is not applied."""
+    """In a new process without BATCHRL_GRAPPLER (a user's): `configure_tensorflow` sizes
+    the inter-op pool (1 for Pendulum in this process) and turns two Grappler passes off,
+    Grappler itself on, before TensorFlow runs; once it runs, another size warns and is not
+    applied. With BATCHRL_GRAPPLER=off, Grappler is off whole."""
     script = (
+        "import os\n"
         "import tensorflow as tf\n"
         "from batchrl import configs\n"
         "from batchrl.scripts import train\n"
@@ -378,16 +380,28 @@ def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
         "train.configure_tensorflow(configs.load('pendulum'))\n"
         "after = tf.config.optimizer.get_experimental_options()\n"
         "print(before.get('layout_optimizer'), before.get('remapping'))\n"
-        "print(after['layout_optimizer'], after['remapping'])\n"
+        "print(after['layout_optimizer'], after['remapping'], after['disable_meta_optimizer'])\n"
         "tf.constant(1.0) + 1.0\n"  # TensorFlow runs: the pool is fixed from here on.
         "print(tf.config.threading.get_inter_op_parallelism_threads())\n"
         "train.set_inter_op_threads(0)\n"
-        "print(tf.config.threading.get_inter_op_parallelism_threads())\n")
+        "print(tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "os.environ['BATCHRL_GRAPPLER'] = 'Off'\n"
+        "train.configure_tensorflow(configs.load('pendulum'))\n"
+        "print(tf.config.optimizer.get_experimental_options()['disable_meta_optimizer'])\n")
+    environ = {key: value for key, value in os.environ.items() if key != "BATCHRL_GRAPPLER"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, env=environ)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["None None", "False False", "1", "1"]
+    assert result.stdout.splitlines() == [
+        "None None", "False False False", "1", "1", "True"]
     assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr
+
+
+@pytest.mark.parametrize("value, off", [
+    (None, False), ("on", False), ("1", False), ("off", True), ("OFF", True), ("0", True),
+    (" false ", True)])
+def test_batchrl_grappler_turns_grappler_off_only_when_it_says_so(value, off):
+    assert train.grappler_off({} if value is None else {"BATCHRL_GRAPPLER": value}) is off
 
 
 def test_help_names_every_algorithm(capsys):
