@@ -1,5 +1,5 @@
 """Building the algorithm of a config: the in-graph environment, the algorithm (BatchPPO,
-TRPO, A2C, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
+TRPO, A2C, IMPALA, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
 `train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
@@ -13,6 +13,7 @@ from batchrl.algorithms.a2c import A2C
 from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.dqn import DQN
+from batchrl.algorithms.impala import IMPALA
 from batchrl.algorithms.off_policy import OffPolicyAlgorithm
 from batchrl.algorithms.ppo import PPO
 from batchrl.algorithms.sac import SAC
@@ -26,7 +27,8 @@ from batchrl.networks.constructors import NETWORKS, constructor, is_declared, to
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
 # The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
-ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "sac": SAC, "td3": TD3, "dqn": DQN}
+ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "impala": IMPALA, "sac": SAC, "td3": TD3,
+              "dqn": DQN}
 # What `simulate` calls: a class that is not an `Algorithm` but has these is accepted.
 _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 

@@ -31,7 +31,8 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "chunk_length", "batch_size", "worker_timeout", "steps_per_call",
              "num_workers", "observ_clip", "reward_clip", "worker_cpus", "replay_capacity",
              "updates_per_step", "n_step", "target_update_rate", "target_update_every",
-             "init_temperature", "policy_delay", "rollout_length", "clip_ratio"}
+             "init_temperature", "policy_delay", "rollout_length", "clip_ratio",
+             "rho_bar", "c_bar"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "value_coef", "worker_restarts",
                  "learning_starts", "target_noise", "target_noise_clip"}
@@ -42,7 +43,7 @@ _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
-ALGORITHMS = ("ppo", "trpo", "a2c", "sac", "td3", "dqn")
+ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "sac", "td3", "dqn")
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),

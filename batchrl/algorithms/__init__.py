@@ -1,5 +1,5 @@
 """Learning algorithms that plug into `batchrl.drivers.simulate` (subclasses of `Algorithm`,
-the contract in code): BatchPPO, TRPO, A2C,
+the contract in code): BatchPPO, TRPO, A2C, IMPALA (V-trace),
 `build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
 TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
 
@@ -14,6 +14,7 @@ _EXPORTS = {
     "Algorithm": "batchrl.algorithms.base",
     "DQN": "batchrl.algorithms.dqn",
     "FunctionalAlgorithm": "batchrl.algorithms.builder",
+    "IMPALA": "batchrl.algorithms.impala",
     "OffPolicyAlgorithm": "batchrl.algorithms.off_policy",
     "OnPolicyAlgorithm": "batchrl.algorithms.on_policy",
     "PPO": "batchrl.algorithms.ppo",

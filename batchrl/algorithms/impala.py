@@ -1,0 +1,120 @@
+"""IMPALA: an actor-critic that learns from fixed-length rollouts of every agent with
+V-trace, which corrects for a behaviour policy that lags behind the learner's.
+
+Espeholt et al., "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+Actor-Learner Architectures", arXiv:1802.01561: the value regressed on the V-trace targets
+v_s (eq. 1), the policy gradient rho_s * grad log pi(a_s|x_s) * (r_s + gamma * v_{s+1} -
+V(x_s)) (section 4.2) and an entropy bonus, in one loss.
+"""
+
+import tensorflow as tf
+
+from batchrl import optimizers
+from batchrl.algorithms import parts
+from batchrl.algorithms.advantage import masked, masked_mean
+from batchrl.algorithms.on_policy import OnPolicyAlgorithm
+from batchrl.algorithms.vtrace import vtrace
+
+
+def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
+    """The loss of Espeholt et al., section 4.2, as means over the valid steps (`mask`):
+    `-E[A_s log pi(a_s|x_s)] + value_coef * E[(v_s - V(x_s))^2] / 2
+    - entropy_coef * E[H(pi(x_s))]`, with the V-trace advantage `A_s` (`advantage`) and
+    target `v_s` (`target`) of `batch` held constant. `policy` is the current policy's
+    distribution and `value` float32 `[rows, time]` its value estimates on the batch.
+    Returns `(loss, terms)`: the float32 scalar to minimize and a dict of its three terms
+    (`policy_gradient_loss`, `value_loss`, `entropy`)."""
+    mask = batch["mask"]
+    policy_gradient_loss = -masked_mean(
+        masked(batch["advantage"], mask) * policy.log_prob(batch["action"]), mask)
+    value_loss = 0.5 * masked_mean(tf.square(masked(batch["target"], mask) - value), mask)
+    entropy = masked_mean(policy.entropy(), mask)
+    loss = policy_gradient_loss + value_coef * value_loss - entropy_coef * entropy
+    return loss, {"policy_gradient_loss": policy_gradient_loss, "value_loss": value_loss,
+                  "entropy": entropy}
+
+
+class IMPALA(OnPolicyAlgorithm):
+    """IMPALA's learner, fed here by the agents of this process (the synchronous mode).
+
+    The memory holds the last `rollout_length` steps of every agent (rows that run across
+    episode ends, as PPO's with `rollout_length`; each step keeps the parameters of the
+    policy that acted); once full, one update: the V-trace targets and advantages
+    (`batchrl.algorithms.vtrace`, with `discount`, the trace's `gae_lambda` and the
+    truncation levels `rho_bar` and `c_bar`, which also bounds the policy gradient's weight)
+    are computed with the value network and the policy as they are at the update's start,
+    then one step of the optimizer (`optimizer`, null: Adam at `policy_lr`) on
+    `impala_loss` over the variables of both networks. Acted by the policy being updated,
+    the rollouts give ratios pi / mu of 1, so that the targets are the n-step returns to
+    the row's end (lambda-returns with `gae_lambda` below 1): synchronous A2C with those
+    returns. A recurrent policy is refused (the rollouts are replayed from no state).
+
+    Args:
+      batch_env, step, is_training, should_log: as for `OnPolicyAlgorithm`.
+      config: as for `OnPolicyAlgorithm` (`rollout_length` set), and also `policy_lr`,
+        `optimizer`, `max_gradient_norm`, `gae_lambda`, `rho_bar`, `c_bar`, `value_coef`,
+        `entropy_coef`, `lr_schedule` and `jit_update`.
+
+    Raises:
+      ValueError: `rollout_length` is null, or the policy is recurrent.
+    """
+
+    name = "impala"
+    config_keys = OnPolicyAlgorithm.config_keys | {
+        "rollout_length", "policy_lr", "optimizer", "max_gradient_norm", "gae_lambda",
+        "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update"}
+
+    def __init__(self, batch_env, step, is_training, should_log, config):
+        if not config.rollout_length:
+            raise ValueError("impala learns from rollouts of every agent: set "
+                             "rollout_length (e.g. 20)")
+        super().__init__(batch_env, step, is_training, should_log, config)
+        self._build_optimizers(optimizers.create(
+            config.get("optimizer") or {"type": "adam"}, config.policy_lr,
+            config.max_gradient_norm, "optimizer"), None)
+
+    def update(self, batch):
+        """One update on a batch of `_memory_batch`'s keys (rows of `rollout_length` steps).
+
+        Returns:
+          dict of float32 scalars for the summaries (the optimizer's `loss` and
+          `gradient_norm`, the terms of `impala_loss`, `kl` from the behaviour policy to the
+          updated one, `mean_return`: the mean V-trace target, `mean_rho`: the mean
+          importance weight pi / mu before truncation), and `mask` and `advantage`
+          (`[rows, time]`) for the histograms.
+        """
+        config, networks, distribution = self._config, self._networks, self._distribution
+        mask, action = batch["mask"], batch["action"]
+        initial_state = tf.zeros([self._memory_rows, 0])
+        batch = dict(batch, initial_state=initial_state)
+        behaviour = parts.stored_policy(distribution, batch)
+        log_ratio = (parts.current_policy(networks, distribution, batch).log_prob(action)
+                     - behaviour.log_prob(action))
+        target, advantage = vtrace(
+            log_ratio, batch["reward"], batch["value"], batch["next_value"],
+            batch["terminated"], batch["done"], batch["length"], discount=config.discount,
+            gae_lambda=config.gae_lambda, rho_bar=config.rho_bar, c_bar=config.c_bar,
+            pg_rho_bar=config.rho_bar)
+        batch.update(target=tf.stop_gradient(target), advantage=tf.stop_gradient(advantage))
+        terms = {}
+
+        def loss_fn():
+            loss, parts_of_loss = impala_loss(
+                parts.current_policy(networks, distribution, batch),
+                networks.value(batch["observ"]), batch, value_coef=config.value_coef,
+                entropy_coef=config.entropy_coef)
+            terms.update(parts_of_loss)
+            return loss
+
+        _, diagnostics = self._policy_optimizer.minimize(loss_fn, self._joint_variables())
+        with tf.control_dependencies(list(diagnostics.values())):
+            new = parts.current_policy(networks, distribution, batch)
+        return {**diagnostics, **terms,
+                "kl": masked_mean(behaviour.kl(new), mask),
+                "mean_return": masked_mean(target, mask),
+                "mean_rho": masked_mean(tf.exp(log_ratio), mask),
+                "mask": mask, "advantage": advantage}
+
+    def _scale_learning_rates(self, scale):
+        """The one optimizer's learning rate times `scale` (`lr_schedule`)."""
+        return self._policy_optimizer.scale_learning_rate(scale)

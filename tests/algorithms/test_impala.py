@@ -1,0 +1,164 @@
+"""IMPALA's update (`batchrl.algorithms.impala`) against NumPy: acted by the policy it
+updates, its targets are the n-step returns and its loss that of Espeholt et al.,
+arXiv:1802.01561, section 4.2; acted by another policy, its importance weights are pi / mu
+of the stored behaviour policy; one update raises the log-probability of actions with a
+positive advantage and lowers that of actions with a negative one."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs
+from batchrl.algorithms import IMPALA
+from batchrl.algorithms.vtrace import vtrace
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.networks import feed_forward_gaussian
+
+LENGTH = np.array([5, 3], np.int32)  # Two rollouts, the second cut short after 3 steps.
+MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)
+DISCOUNT = 0.9
+
+
+def _algorithm(**overrides):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
+    config = configs.load("default", {
+        "algorithm": "impala", "policy_layers": [16], "value_layers": [16],
+        "rollout_length": 5, "discount": DISCOUNT, "gae_lambda": 1.0, "policy_lr": 0.01,
+        **overrides})
+    config.update(network=feed_forward_gaussian, max_length=50)
+    envs = [MockEnvironment((3,), (2,), 2, 50) for _ in range(2)]
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    return IMPALA(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+                  tf.Variable(False), config)
+
+
+def _params(networks, observ):
+    """The policy's mean and log standard deviation on `observ`, NumPy `[2, 5, 2]`."""
+    params, _ = networks.policy(observ, np.zeros((2, 0), np.float32))
+    return params["mean"].numpy(), np.broadcast_to(params["logstd"].numpy(),
+                                                   params["mean"].shape)
+
+
+def _log_prob(action, mean, logstd):
+    """Log-density of a diagonal Gaussian, summed over the action's dimensions, NumPy."""
+    z = (action - mean) / np.exp(logstd)
+    return np.sum(-0.5 * z ** 2 - logstd - 0.5 * math.log(2 * math.pi), -1)
+
+
+def _valid_mean(values):
+    return np.sum(values * MASK) / np.sum(MASK)
+
+
+def _batch(algo, seed=0, stale=0.0):
+    """Two rollouts of random normalized observations, rewards and values, with an episode
+    that terminates (row 0, step 1) and one truncated (row 1, step 1); actions 0.8 standard
+    deviations from the policy's mean; the behaviour policy (`policy_`) is the current one
+    with its mean moved by `stale`. Padded steps hold garbage."""
+    rng = np.random.default_rng(seed)
+    observ = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    mean, logstd = _params(algo.networks, observ)
+    sign = rng.choice([-1.0, 1.0], size=mean.shape)
+    terminated = np.zeros((2, 5), bool)
+    terminated[0, 1] = True
+    done = terminated.copy()
+    done[1, 1] = True
+    return {
+        "observ": observ, "mask": MASK, "length": LENGTH,
+        "action": (mean + 0.8 * sign * np.exp(logstd)).astype(np.float32),
+        "reward": np.where(MASK > 0, rng.normal(size=(2, 5)), 7.0).astype(np.float32),
+        "value": np.where(MASK > 0, rng.normal(size=(2, 5)), -3.0).astype(np.float32),
+        "next_value": rng.normal(size=(2, 5)).astype(np.float32),
+        "terminated": terminated, "done": done,
+        "policy_mean": (mean + stale * rng.normal(size=mean.shape)).astype(np.float32),
+        "policy_logstd": logstd.astype(np.float32)}
+
+
+def _n_step_returns(batch):
+    """G_t = r_t + discount * (1 - terminated_t) * (G_{t+1}, or the value after step t
+    where its episode or the row ends), per row from its last valid step back; NumPy."""
+    returns = np.zeros((2, 5))
+    for row, length in enumerate(LENGTH):
+        following = 0.0
+        for t in reversed(range(length)):
+            if batch["done"][row, t] or t == length - 1:
+                following = batch["next_value"][row, t]
+            following = batch["reward"][row, t] + DISCOUNT * (
+                1.0 - batch["terminated"][row, t]) * following
+            returns[row, t] = following
+    return returns
+
+
+@pytest.mark.parametrize("value_coef, entropy_coef", [(0.5, 0.0), (0.25, 0.3)])
+def test_acted_by_its_own_policy_it_learns_n_step_returns_with_the_papers_loss(
+        value_coef, entropy_coef):
+    """pi = mu: the weights are 1, the targets the n-step returns G_t (cut at episode ends,
+    bootstrapped where an episode was truncated and at the row's end), the advantages
+    G_t - V(s_t); the loss is -mean(A log pi(a|s)) + value_coef * mean((G - V(s))^2) / 2 -
+    entropy_coef * mean(H), over the valid steps, on the networks before the update."""
+    algo = _algorithm(value_coef=value_coef, entropy_coef=entropy_coef)
+    batch = _batch(algo)
+    mean, logstd = _params(algo.networks, batch["observ"])
+    value_now = algo.networks.value(batch["observ"]).numpy()
+    returns = _n_step_returns(batch)
+    advantage = returns - batch["value"]
+    entropy = np.sum(logstd + 0.5 * math.log(2 * math.pi * math.e), -1)
+    want_loss = (-_valid_mean(advantage * _log_prob(batch["action"], mean, logstd))
+                 + value_coef * 0.5 * _valid_mean((returns - value_now) ** 2)
+                 - entropy_coef * _valid_mean(entropy))
+
+    got = algo.update({key: tf.constant(value) for key, value in batch.items()})
+
+    np.testing.assert_allclose(got["advantage"].numpy() * MASK, advantage * MASK,
+                               rtol=1e-5, atol=1e-5)
+    assert float(got["mean_return"]) == pytest.approx(_valid_mean(returns), rel=1e-5)
+    assert float(got["mean_rho"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(got["loss"]) == pytest.approx(want_loss, rel=1e-5)
+    assert float(got["value_loss"]) == pytest.approx(
+        0.5 * _valid_mean((returns - value_now) ** 2), rel=1e-5)
+    assert float(got["kl"]) > 0, "the update changed the policy"
+
+
+def test_acted_by_an_older_policy_its_weights_are_pi_over_the_stored_mu():
+    """The importance weights are those of the current policy over the stored behaviour
+    policy (`policy_<param>`), not the reverse: the advantages are V-trace's with
+    log pi - log mu computed here."""
+    algo = _algorithm()
+    batch = _batch(algo, seed=1, stale=0.5)
+    mean, logstd = _params(algo.networks, batch["observ"])
+    log_ratio = (_log_prob(batch["action"], mean, logstd)
+                 - _log_prob(batch["action"], batch["policy_mean"], batch["policy_logstd"]))
+    _, want = vtrace(
+        tf.constant(log_ratio, tf.float32), batch["reward"], batch["value"],
+        batch["next_value"], batch["terminated"], batch["done"], LENGTH,
+        discount=DISCOUNT)
+    got = algo.update({key: tf.constant(value) for key, value in batch.items()})
+    np.testing.assert_allclose(got["advantage"].numpy() * MASK, want.numpy() * MASK,
+                               rtol=1e-5, atol=1e-5)
+    assert float(got["mean_rho"]) == pytest.approx(_valid_mean(np.exp(log_ratio)), rel=1e-5)
+    assert abs(float(got["mean_rho"]) - 1.0) > 0.05, "the behaviour is not the current one"
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["positive", "negative"])
+def test_one_update_moves_log_probabilities_with_the_advantage(sign):
+    """Rewards of `sign` at every step, values and bootstraps 0, no value loss: every
+    advantage has the sign of the reward, and one update raises (positive) or lowers
+    (negative) the mean log-probability of the actions taken."""
+    algo = _algorithm(value_coef=0.0)
+    batch = _batch(algo, seed=4)
+    batch.update(reward=sign * MASK, value=np.zeros((2, 5), np.float32),
+                 next_value=np.zeros((2, 5), np.float32))
+    before = _params(algo.networks, batch["observ"])
+    got = algo.update({key: tf.constant(value) for key, value in batch.items()})
+    assert (sign * got["advantage"].numpy()[MASK > 0] > 0).all()
+    after = _params(algo.networks, batch["observ"])
+    change = _log_prob(batch["action"], *after) - _log_prob(batch["action"], *before)
+    assert sign * _valid_mean(change) > 1e-4
+
+
+def test_a_config_without_rollout_length_is_refused():
+    with pytest.raises(ValueError, match="set rollout_length"):
+        _algorithm(rollout_length=None)
