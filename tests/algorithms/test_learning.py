@@ -6,9 +6,10 @@ above that and well below what the run reaches (docs/results.md has the full run
 Longer learning runs are benchmarks, not tests: the recurrent PPO policy
 (`batchrl-benchmark --configs pendulum_recurrent`), TRPO (`--configs pendulum_trpo`), A2C
 (`--configs cartpole_a2c`; it had a run here: in-graph CartPole with `jit_step`, seed 0,
-190 at 30k steps) and docs/algorithms.md's REINFORCE (`python examples/reinforce.py`; it
-had a run here: 390 at 15k steps). Their updates are
-checked against NumPy (tests/algorithms/test_ppo_data_flow.py: chunks replayed from the
+190 at 30k steps), IMPALA (`--configs cartpole_impala`) and docs/algorithms.md's REINFORCE
+(`python examples/reinforce.py`; it had a run here: 390 at 15k steps). Their updates are
+checked against NumPy (tests/algorithms/test_impala.py: IMPALA's targets and loss;
+tests/algorithms/test_ppo_data_flow.py: chunks replayed from the
 stored states; tests/algorithms/test_trpo_a2c.py: TRPO's surrogate, A2C's actor loss, the
 value loss; tests/optimizers/test_optimizers.py: the natural gradient step within its KL
 bound); PPO's run here trains their shared code (`OnPolicyAlgorithm`); A2C trains inside
