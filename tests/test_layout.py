@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "batchrl"
 # The floor of each part of the package (a part: a subpackage, or a module of the front).
 FLOORS = {"errors": 0, "_lazy": 0, "tools": 1, "spaces": 1, "environments": 2, "envs": 2,
           "drivers": 2, "networks": 2, "memories": 2, "optimizers": 2, "algorithms": 3,
-          "scripts": 5}
+          "distributed": 4, "scripts": 5}
 FRONT = 4  # configs, build, agent, export, __init__.
 # The parts above its floor that a file may name: DESIGN.md's first names of the drivers
 # and environments (`tools.simulate`, `tools.Loop`, `tools.BatchEnv`, ...) and their old

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from batchrl import optimizers
 from batchrl.algorithms import parts
-from batchrl.algorithms.advantage import masked, masked_mean
+from batchrl.algorithms.advantage import masked, masked_mean, sequence_mask
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
 
@@ -41,9 +41,9 @@ class IMPALA(OnPolicyAlgorithm):
     episode ends, as PPO's with `rollout_length`; each step keeps the parameters of the
     policy that acted); once full, one update: the V-trace targets and advantages
     (`batchrl.algorithms.vtrace`, with `discount`, the trace's `gae_lambda` and the
-    truncation levels `rho_bar` and `c_bar`, which also bounds the policy gradient's weight)
-    are computed with the value network and the policy as they are at the update's start,
-    then one step of the optimizer (`optimizer`, null: Adam at `policy_lr`) on
+    truncation levels `rho_bar` and `c_bar`; `rho_bar` also bounds the policy gradient's
+    weight) are computed with the value network and the policy as they are at the update's
+    start, then one step of the optimizer (`optimizer`, null: Adam at `policy_lr`) on
     `impala_loss` over the variables of both networks. Acted by the policy being updated,
     the rollouts give ratios pi / mu of 1, so that the targets are the n-step returns to
     the row's end (lambda-returns with `gae_lambda` below 1): synchronous A2C with those
@@ -72,6 +72,49 @@ class IMPALA(OnPolicyAlgorithm):
         self._build_optimizers(optimizers.create(
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,
             config.max_gradient_norm, "optimizer"), None)
+        self._learn = self._compile(self._fragment_update)
+
+    def learn(self, fragment):
+        """One update on a fragment that actors recorded
+        (`batchrl.distributed.fragment.FragmentRecorder`: raw observations, rewards, the
+        behaviour policy's parameters, `[rows, rollout_length, ...]`) instead of this
+        process's memory: the observations are normalized with the statistics as they
+        are, which the fragment's valid steps then update, as they update the reward
+        normalizer's. Returns the diagnostics of `update` (tensors).
+
+        Raises:
+          ValueError: `normalize_reward` with `reward_normalizer: return` (an agent's
+            discounted return runs across fragments; the learner sees only one).
+        """
+        if self._config.normalize_reward and self._config.reward_normalizer != "reward":
+            raise ValueError("impala learns from fragments with reward_normalizer: reward")
+        return self._learn(fragment)
+
+    def _fragment_update(self, fragment):
+        """`update` on the batch of a fragment, with the keys of `_memory_batch`."""
+        length = tf.convert_to_tensor(fragment["length"], tf.int32)
+        reward = tf.convert_to_tensor(fragment["reward"], tf.float32)
+        mask = sequence_mask(length, tf.shape(reward)[1])
+        with tf.control_dependencies(self._schedule_learning_rates()):
+            observ = self._normalized(fragment["observ"])
+            next_observ = self._normalized(fragment["next_observ"])
+        valid = mask > 0
+        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid))]
+        if not self._raw_observ:
+            with tf.control_dependencies([observ, next_observ]):
+                statistics.append(self._observ_filter.update(
+                    tf.boolean_mask(fragment["observ"], valid)))
+        with tf.control_dependencies(statistics):
+            batch = {
+                "observ": observ, "action": fragment["action"], "mask": mask,
+                "length": length,
+                "reward": masked(self._reward_filter.transform(reward), mask),
+                "value": masked(self._value(observ), mask),
+                "next_value": masked(self._value(next_observ), mask),
+                "done": fragment["done"], "terminated": fragment["terminated"],
+                **{key: value for key, value in fragment.items()
+                   if key.startswith("policy_")}}
+        return self.update(batch)
 
     def update(self, batch):
         """One update on a batch of `_memory_batch`'s keys (rows of `rollout_length` steps).
@@ -85,8 +128,8 @@ class IMPALA(OnPolicyAlgorithm):
         """
         config, networks, distribution = self._config, self._networks, self._distribution
         mask, action = batch["mask"], batch["action"]
-        initial_state = tf.zeros([self._memory_rows, 0])
-        batch = dict(batch, initial_state=initial_state)
+        # Rows from anywhere (a learner's batches need not have one row per agent here).
+        batch = dict(batch, initial_state=tf.zeros([tf.shape(batch["reward"])[0], 0]))
         behaviour = parts.stored_policy(distribution, batch)
         log_ratio = (parts.current_policy(networks, distribution, batch).log_prob(action)
                      - behaviour.log_prob(action))

@@ -1,0 +1,116 @@
+"""An actor's recording: `rollout_length` consecutive steps of every agent of its batch,
+acted by its copy of the policy (the acting half), kept in the graph and read out as NumPy
+arrays for a learner."""
+
+import numpy as np
+import tensorflow as tf
+
+from batchrl.algorithms.base import checked
+from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.memories.episode import EpisodeMemory
+from batchrl.tools.graph import after
+
+
+class FragmentRecorder:
+    """What `batchrl.drivers.simulate` drives in an actor: the policy of `actor` (an
+    `batchrl.algorithms.actor.OnPolicyActor`) samples the actions, and every step of every
+    agent is recorded, up to `length` steps per agent. Learns nothing.
+
+    A fragment is a dict of NumPy arrays over `B` agents and `T = length` steps, each row
+    one agent's consecutive steps across the ends of its episodes: `observ` and
+    `next_observ` `[B, T, *observation_shape]` in the environment's dtype, raw (the
+    observation a step was acted on, and the one after it: the final observation where
+    the step ended an episode); `action` `[B, T, *action_shape]`; `reward` float32
+    `[B, T]`; `done` and `terminated` bool `[B, T]`; `policy_<param>` float32
+    `[B, T, ...]`, the parameters of the distribution the action was drawn from (mu); and
+    `length` int32 `[B]`, the steps of each row (`T` unless an agent was left out of a
+    step, see `simulate`).
+
+    Args:
+      batch_env: the actor's `InGraphBatchEnv`.
+      actor: an `OnPolicyActor` built for the batch's spaces (its policy feed-forward).
+      length: int >= 1, the steps per agent of a fragment (`rollout_length`).
+
+    Raises:
+      ValueError: a recurrent policy.
+    """
+
+    def __init__(self, batch_env, actor, length):
+        if int(actor.networks.policy.state_size):
+            raise ValueError("fragments need a feed-forward policy")
+        self._batch_env = batch_env
+        self._actor = actor
+        self._length = int(length)
+        agents = len(batch_env)
+        observ = (tuple(batch_env.observ.shape[1:]), batch_env.observ.dtype)
+        params, _ = actor.networks.policy(
+            tf.zeros((1, 1) + observ[0]), tf.zeros((1, 0)))
+        self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
+        template = {"observ": observ, "next_observ": observ,
+                    "action": (tuple(batch_env.action.shape[1:]), batch_env.action.dtype),
+                    "reward": ((), tf.float32), "done": ((), tf.bool),
+                    "terminated": ((), tf.bool)}
+        for key, shape in self._param_shapes.items():
+            template["policy_" + key] = (shape, tf.float32)
+        self._memory = EpisodeMemory(template, agents, self._length, "fragment")
+        self._last_params = {
+            key: tf.Variable(tf.zeros((agents,) + shape), trainable=False, name="last_" + key)
+            for key, shape in self._param_shapes.items()}
+        episode_state(batch_env)  # Its variables exist before the first trace.
+        self._collect = tf.function(self._collect_steps, autograph=False)
+
+    @property
+    def length(self):
+        """int, the steps per agent of a fragment."""
+        return self._length
+
+    def begin_episodes(self, agent_indices):
+        del agent_indices
+        return tf.constant(True)
+
+    def perform(self, agent_indices, observ):
+        """Actions sampled from the policy for the given agents (int32 `[n]`) in raw
+        observations `[n, *observation_shape]`; keeps the parameters they were drawn from.
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        state = tf.zeros([tf.shape(agent_indices)[0], 0])
+        action, _, params = self._actor.step_policy(observ, state, True)
+        rows = agent_indices[:, None]
+        stored = [self._last_params[key].scatter_nd_update(rows, params[key])
+                  for key in self._param_shapes]
+        return after(stored, checked(action))
+
+    def experience(self, agent_indices, observ, action, reward, done, nextob):
+        """Appends the step of the given agents to their rows."""
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        step = {"observ": observ, "next_observ": nextob, "action": action, "reward": reward,
+                "done": done,
+                "terminated": tf.gather(self._batch_env.terminated, agent_indices)}
+        for key in self._param_shapes:
+            step["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
+        return self._memory.append(step, agent_indices)
+
+    def end_episodes(self, agent_indices):
+        del agent_indices
+        return tf.constant(True)
+
+    def _collect_steps(self):
+        steps = simulate_steps(self._batch_env, self, self._length, False, False)
+        with tf.control_dependencies(list(steps)):
+            fields, length = self._memory.data()
+        with tf.control_dependencies(list(fields.values()) + [length]):
+            cleared = self._memory.clear()
+        with tf.control_dependencies([cleared]):
+            return ({key: tf.identity(value) for key, value in fields.items()},
+                    tf.identity(length))
+
+    def collect(self):
+        """Steps every agent `length` times, continuing their episodes, and returns the
+        fragment (dict of NumPy arrays, see the class docstring)."""
+        fields, length = self._collect()
+        fragment = {key: np.asarray(value) for key, value in fields.items()}
+        fragment["length"] = np.asarray(length)
+        return fragment

@@ -1,0 +1,122 @@
+"""An actor's fragments (`batchrl.distributed.fragment`): they hold the steps as the agents
+took them, and with one actor that always has the learner's newest weights (no policy lag),
+learning from them is exactly the in-process `impala`'s learning."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import configs
+from batchrl.algorithms import IMPALA
+from batchrl.algorithms.actor import OnPolicyActor
+from batchrl.distributed.fragment import FragmentRecorder
+from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
+from batchrl.networks import feed_forward_gaussian
+
+AGENTS, LENGTH, FRAGMENTS = 3, 6, 4
+
+
+def _config(**overrides):
+    config = configs.load("default", {
+        "algorithm": "impala", "policy_layers": [16], "value_layers": [16],
+        "rollout_length": LENGTH, "discount": 0.9, "gae_lambda": 1.0, "policy_lr": 0.01,
+        "normalize_observ": False, "normalize_reward": False, **overrides})
+    config.update(network=feed_forward_gaussian, max_length=50)
+    return config
+
+
+def _batch_env():
+    """Mock environments whose episodes (2 to 5 steps: several end inside a fragment) are
+    the same in every call: each is seeded by its index."""
+    envs = [MockEnvironment((3,), (2,), 2, 5) for _ in range(AGENTS)]
+    for index, env in enumerate(envs):
+        env.reset(seed=index)
+    return InGraphBatchEnv(BatchEnv(envs, blocking=True))
+
+
+def _algorithm(config):
+    tf.keras.utils.set_random_seed(0)  # The same initial weights in every call.
+    return IMPALA(_batch_env(), tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+                  tf.Variable(False), config)
+
+
+def _recorder(config, batch_env=None):
+    batch_env = batch_env or _batch_env()
+    actor = OnPolicyActor(batch_env.observation_space, batch_env.action_space, config)
+    return FragmentRecorder(batch_env, actor, LENGTH), actor, batch_env
+
+
+def test_a_fragment_holds_the_steps_as_the_agents_took_them():
+    """Row b, step t: the observation acted on is the one after step t - 1, or the first
+    of a new episode where step t - 1 ended one; the reward and the end flags are the
+    environment's; the stored parameters are those the action was drawn from; and the
+    next fragment continues where this one stopped."""
+    recorder, actor, batch_env = _recorder(_config())
+    first, second = recorder.collect(), recorder.collect()
+    np.testing.assert_array_equal(first["length"], [LENGTH] * AGENTS)
+    assert first["done"].any() and first["terminated"].any()
+    for fragment in (first, second):
+        for row in range(AGENTS):
+            for t in range(1, LENGTH):
+                if not fragment["done"][row, t - 1]:
+                    np.testing.assert_array_equal(fragment["observ"][row, t],
+                                                  fragment["next_observ"][row, t - 1])
+    ongoing = ~first["done"][:, -1]
+    np.testing.assert_array_equal(second["observ"][ongoing, 0],
+                                  first["next_observ"][ongoing, -1])
+    # The environments' own record: each took every step, and ended as many episodes (those
+    # that lasted their planned duration) as its row's `done` says.
+    for row, env in enumerate(batch_env._batch_env._envs):
+        assert sum(env.steps) == 2 * LENGTH
+        ended = sum(steps == duration for steps, duration in zip(env.steps, env.durations,
+                                                                   strict=True))
+        assert ended == first["done"][row].sum() + second["done"][row].sum()
+    params, _ = actor.networks.policy(first["observ"], tf.zeros([AGENTS, 0]))
+    np.testing.assert_allclose(first["policy_mean"], params["mean"].numpy(), rtol=1e-5,
+                               atol=1e-6)
+    assert np.abs(first["action"] - first["policy_mean"]).max() > 0, "actions are sampled"
+
+
+def test_one_actor_without_lag_learns_as_impala_in_one_process():
+    """The learner builds its batch from fragments as the in-process `impala` builds it from
+    its memory: with the learner's weights copied into the actor before every fragment
+    (policy lag 0), both end with the same weights, to float32 rounding."""
+    config = _config()
+    in_process = _algorithm(config)
+
+    @tf.function(autograph=False)
+    def run():
+        return simulate_steps(in_process._batch_env, in_process, LENGTH * FRAGMENTS,
+                              False, False)
+
+    episode_state(in_process._batch_env)
+    run()
+
+    learner = _algorithm(config)
+    recorder, actor, _ = _recorder(config)
+    initial = learner.actor.get_weights()
+    for _ in range(FRAGMENTS):
+        actor.set_weights(learner.actor.get_weights())
+        learner.learn(recorder.collect())
+    changed = False
+    for got, want, start in zip(learner.actor.get_weights(), in_process.actor.get_weights(),
+                                initial, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        changed |= not np.allclose(got, start)
+    assert changed, "the updates changed the policy"
+
+
+def test_the_learner_normalizes_with_its_statistics_then_updates_them():
+    config = _config(normalize_observ=True, normalize_reward=True)
+    learner = _algorithm(config)
+    recorder, _, _ = _recorder(config)
+    fragment = recorder.collect()
+    learner.learn(fragment)
+    observ = fragment["observ"].reshape(-1, 3).astype(np.float64)
+    np.testing.assert_allclose(learner._observ_filter.mean.numpy(), observ.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="reward_normalizer: reward"):
+        _algorithm(_config(normalize_reward=True, reward_normalizer="return")).learn(fragment)
