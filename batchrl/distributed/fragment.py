@@ -65,6 +65,7 @@ class FragmentRecorder:
         return self._length
 
     def begin_episodes(self, agent_indices):
+        """Nothing to do: a row runs on across the start of an episode."""
         del agent_indices
         return tf.constant(True)
 
@@ -94,6 +95,7 @@ class FragmentRecorder:
         return self._memory.append(step, agent_indices)
 
     def end_episodes(self, agent_indices):
+        """Nothing to do: `done` of the step (`experience`) marks the end."""
         del agent_indices
         return tf.constant(True)
 
