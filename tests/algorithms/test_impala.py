@@ -4,19 +4,16 @@ arXiv:1802.01561, section 4.2; acted by another policy, its importance weights a
 of the stored behaviour policy; one update raises the log-probability of actions with a
 positive advantage and lowers that of actions with a negative one."""
 
-import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs
 from batchrl.algorithms import IMPALA
 from batchrl.algorithms.vtrace import vtrace
-from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.environments.local import BatchEnv
-from batchrl.environments.mock import MockEnvironment
-from batchrl.networks import feed_forward_gaussian
+from tests.algorithms import gaussian_numpy
+from tests.algorithms.gaussian_numpy import log_prob as _log_prob
+from tests.algorithms.gaussian_numpy import params as _params
 
 LENGTH = np.array([5, 3], np.int32)  # Two rollouts, the second cut short after 3 steps.
 MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)
@@ -24,29 +21,10 @@ DISCOUNT = 0.9
 
 
 def _algorithm(**overrides):
-    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
-    config = configs.load("default", {
+    return gaussian_numpy.algorithm_on_mocks(IMPALA, {
         "algorithm": "impala", "policy_layers": [16], "value_layers": [16],
         "rollout_length": 5, "discount": DISCOUNT, "gae_lambda": 1.0, "policy_lr": 0.01,
-        **overrides})
-    config.update(network=feed_forward_gaussian, max_length=50)
-    envs = [MockEnvironment((3,), (2,), 2, 50) for _ in range(2)]
-    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
-    return IMPALA(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
-                  tf.Variable(False), config)
-
-
-def _params(networks, observ):
-    """The policy's mean and log standard deviation on `observ`, NumPy `[2, 5, 2]`."""
-    params, _ = networks.policy(observ, np.zeros((2, 0), np.float32))
-    return params["mean"].numpy(), np.broadcast_to(params["logstd"].numpy(),
-                                                   params["mean"].shape)
-
-
-def _log_prob(action, mean, logstd):
-    """Log-density of a diagonal Gaussian, summed over the action's dimensions, NumPy."""
-    z = (action - mean) / np.exp(logstd)
-    return np.sum(-0.5 * z ** 2 - logstd - 0.5 * math.log(2 * math.pi), -1)
+        **overrides}, max_length=50)
 
 
 def _valid_mean(values):
@@ -105,7 +83,7 @@ def test_acted_by_its_own_policy_it_learns_n_step_returns_with_the_papers_loss(
     value_now = algo.networks.value(batch["observ"]).numpy()
     returns = _n_step_returns(batch)
     advantage = returns - batch["value"]
-    entropy = np.sum(logstd + 0.5 * math.log(2 * math.pi * math.e), -1)
+    entropy = gaussian_numpy.entropy(logstd)
     want_loss = (-_valid_mean(advantage * _log_prob(batch["action"], mean, logstd))
                  + value_coef * 0.5 * _valid_mean((returns - value_now) ** 2)
                  - entropy_coef * _valid_mean(entropy))

@@ -3,51 +3,25 @@
 of each: the log-probability of actions with a positive advantage rises (TRPO within its KL
 bound), that of actions with a negative one falls."""
 
-import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs
 from batchrl.algorithms import A2C, TRPO, a2c, parts, trpo
-from batchrl.environments.in_graph import InGraphBatchEnv
-from batchrl.environments.local import BatchEnv
-from batchrl.environments.mock import MockEnvironment
-from batchrl.networks import feed_forward_gaussian
+from tests.algorithms import gaussian_numpy
+from tests.algorithms.gaussian_numpy import kl as _kl
+from tests.algorithms.gaussian_numpy import log_prob as _log_prob
+from tests.algorithms.gaussian_numpy import params as _params
 
 LENGTH = np.array([5, 3], np.int32)  # Two episodes padded to 5 steps.
 MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)
 
 
 def _algorithm(algorithm, **overrides):
-    tf.keras.utils.set_random_seed(0)  # The same initial weights in every run.
-    config = configs.load("default", {"policy_layers": [16], "value_layers": [16],
-                                      "update_every": 2, **overrides})
-    config.update(network=feed_forward_gaussian, max_length=5)
-    envs = [MockEnvironment((3,), (2,), 2, 5) for _ in range(2)]
-    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
-    return algorithm(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
-                     tf.Variable(False), config)
-
-
-def _params(networks, observ):
-    """The policy's mean and log standard deviation on `observ`, NumPy `[2, 5, 2]`."""
-    params, _ = networks.policy(observ, np.zeros((2, 0), np.float32))
-    return params["mean"].numpy(), np.broadcast_to(params["logstd"].numpy(),
-                                                   params["mean"].shape)
-
-
-def _log_prob(action, mean, logstd):
-    """Log-density of a diagonal Gaussian, summed over the action's dimensions, NumPy."""
-    z = (action - mean) / np.exp(logstd)
-    return np.sum(-0.5 * z ** 2 - logstd - 0.5 * math.log(2 * math.pi), -1)
-
-
-def _kl(mean, logstd, other_mean, other_logstd):
-    """KL(p || q) of diagonal Gaussians, summed over the action's dimensions, NumPy."""
-    return np.sum(other_logstd - logstd + (np.exp(2 * logstd) + (mean - other_mean) ** 2)
-                  / (2 * np.exp(2 * other_logstd)) - 0.5, -1)
+    return gaussian_numpy.algorithm_on_mocks(
+        algorithm, {"policy_layers": [16], "value_layers": [16], "update_every": 2,
+                    **overrides}, max_length=5)
 
 
 def _valid_mean(values):
@@ -92,7 +66,7 @@ def test_a2c_actor_loss_against_numpy():
     batch = _batch(algo)
     mean, logstd = _params(algo.networks, batch["observ"])
     log_prob = _log_prob(batch["action"], mean, logstd)
-    entropy = np.sum(logstd + 0.5 * math.log(2 * math.pi * math.e), -1)
+    entropy = gaussian_numpy.entropy(logstd)
     for coef in (0.0, 0.3):
         want = -_valid_mean(log_prob * batch["advantage"]) - coef * _valid_mean(entropy)
         got = float(a2c.actor_loss(algo.networks, algo.networks.distribution, batch,
