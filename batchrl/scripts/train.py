@@ -181,9 +181,8 @@ GRAPH_OPTIMIZER_OPTIONS = {"layout_optimizer": False, "remapping": False}
 
 def grappler_off(environ=os.environ):
     """Whether the environment variable `BATCHRL_GRAPPLER` turns Grappler off whole
-    (`off`, `0` or `false`, any case): for short runs, such as the commands the tests start.
-    Measured on pendulum: ready to train 3.2 s sooner (tracing and optimizing 3.3 s against
-    6.5 s), but 7% fewer training steps/s and 20% fewer evaluation steps/s over 100k steps."""
+    (`off`, `0` or `false`, any case): for short runs, such as the commands the tests start
+    (ready to train sooner, slower steps after: docs/throughput.md has the figures)."""
     return environ.get("BATCHRL_GRAPPLER", "on").strip().lower() in ("off", "0", "false")
 
 
