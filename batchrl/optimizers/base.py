@@ -3,6 +3,8 @@ that they share."""
 
 import tensorflow as tf
 
+from batchrl.optimizers import fused_adam
+
 
 class Optimizer(tf.Module):
     """An update rule usable inside `tf.function` (and eagerly).
@@ -72,7 +74,8 @@ def gradients(tape, value, variables):
 
 
 def apply_clipped(optimizer, gradients, variables, max_norm=None):
-    """One step of a Keras optimizer on `gradients`, clipped to the global norm `max_norm`.
+    """One step of a Keras optimizer on `gradients`, clipped to the global norm `max_norm`
+(a plain Adam runs as fused kernels: `fused_adam`).
 
     The gradients (one per variable, as one vector) keep their direction and are scaled
     by `max_norm / norm` when their global norm `norm` exceeds `max_norm`
@@ -92,7 +95,10 @@ def apply_clipped(optimizer, gradients, variables, max_norm=None):
     norm = tf.linalg.global_norm(gradients)
     if max_norm:
         gradients, _ = tf.clip_by_global_norm(gradients, max_norm, use_norm=norm)
-    applied = optimizer.apply_gradients(zip(gradients, variables, strict=True))
+    if fused_adam.can_fuse(optimizer, variables):
+        applied = fused_adam.apply(optimizer, gradients, variables)
+    else:
+        applied = optimizer.apply_gradients(zip(gradients, variables, strict=True))
     return applied, norm
 
 
