@@ -126,6 +126,31 @@ def check(config):
     algorithm_class(config)
 
 
+def in_graph_env(config, batch_env):
+    """`batch_env` as the algorithm sees it: wrapped in an `InGraphBatchEnv` (unless it is
+    an in-graph environment of `batchrl.envs`), and that in a `FrameStack` for a
+    `frame_stack` preprocessing step of `config`."""
+    in_graph = batch_env if getattr(batch_env, "in_graph", False) is True else (
+        InGraphBatchEnv(batch_env))
+    frames = network_spec.frame_stack_frames(config.preprocessing)
+    return FrameStack(in_graph, frames) if frames else in_graph
+
+
+def algorithm_config(config):
+    """The config an algorithm (or its acting half) is built with: a copy of `config` whose
+    `network` is the constructor it names, whose `max_length` is the episode limit, and
+    whose `normalize` preprocessing steps turn on the observation filter
+    (`normalize_observ`, `normalize_keys`)."""
+    algo_config = configs.Config(config)
+    algo_config["network"] = constructor(config.network)
+    normalized = network_spec.normalized_keys(config.preprocessing)
+    if normalized is not None:  # `normalize` steps: the algorithm's observation filter.
+        algo_config["normalize_observ"] = True
+        algo_config["normalize_keys"] = None if normalized is True else normalized
+    algo_config["max_length"] = environments.episode_limit(config)
+    return algo_config
+
+
 def build(config, batch_env, process_eager=True):
     """The agent of `config` acting in `batch_env`.
 
@@ -167,23 +192,11 @@ def build(config, batch_env, process_eager=True):
     algorithm = algorithm_class(config)
     if process_eager:
         tf.config.run_functions_eagerly(bool(config.eager))
-    if getattr(batch_env, "in_graph", False) is True:
-        in_graph = batch_env
-    else:
-        in_graph = InGraphBatchEnv(batch_env)
-    frames = network_spec.frame_stack_frames(config.preprocessing)
-    if frames:
-        in_graph = FrameStack(in_graph, frames)
+    in_graph = in_graph_env(config, batch_env)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     is_training = tf.Variable(True, trainable=False, name="is_training")
     should_log = tf.Variable(True, trainable=False, name="should_log")
-    algo_config = configs.Config(config)
-    algo_config["network"] = constructor(config.network)
-    normalized = network_spec.normalized_keys(config.preprocessing)
-    if normalized is not None:  # `normalize` steps: the algorithm's observation filter.
-        algo_config["normalize_observ"] = True
-        algo_config["normalize_keys"] = None if normalized is True else normalized
-    algo_config["max_length"] = environments.episode_limit(config)
+    algo_config = algorithm_config(config)
     python_random = random.getstate()
     random.seed(config.seed)
     try:

@@ -32,13 +32,16 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "num_workers", "observ_clip", "reward_clip", "worker_cpus", "replay_capacity",
              "updates_per_step", "n_step", "target_update_rate", "target_update_every",
              "init_temperature", "policy_delay", "rollout_length", "clip_ratio",
-             "rho_bar", "c_bar"}
+             "rho_bar", "c_bar", "envs_per_actor", "actor_cpus", "fragments_in_flight",
+             "broadcast_every"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "value_coef", "worker_restarts",
-                 "learning_starts", "target_noise", "target_noise_clip"}
+                 "learning_starts", "target_noise", "target_noise_clip", "actors",
+                 "max_policy_lag"}
 _UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
-                 "inter_op_threads", "rollout_length", "target_update_every"}
+                 "inter_op_threads", "rollout_length", "target_update_every",
+                 "max_policy_lag"}
 _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_update_rate"}
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}

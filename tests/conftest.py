@@ -35,7 +35,7 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 
 # Modules that start Ray clusters: run one after the other on the same worker under
 # pytest-xdist, so that two clusters never share the two cores.
-_RAY_MODULES = {"test_batch_env_contract", "test_ray_benchmark", "test_ray_env"}
+_RAY_MODULES = {"test_batch_env_contract", "test_ray_benchmark", "test_ray_env", "test_on_ray"}
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -73,14 +73,17 @@ class IMPALA(OnPolicyAlgorithm):
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,
             config.max_gradient_norm, "optimizer"), None)
         self._learn = self._compile(self._fragment_update)
+        self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
-    def learn(self, fragment):
+    def learn(self, fragment, log=False):
         """One update on a fragment that actors recorded
         (`batchrl.distributed.fragment.FragmentRecorder`: raw observations, rewards, the
         behaviour policy's parameters, `[rows, rollout_length, ...]`) instead of this
         process's memory: the observations are normalized with the statistics as they
         are, which the fragment's valid steps then update, as they update the reward
-        normalizer's. Returns the diagnostics of `update` (tensors).
+        normalizer's. With `log`, the update's summaries (those of an update in this
+        process: `_train`) go to the default summary writer at its default step. Returns
+        the diagnostics of `update` (tensors).
 
         Raises:
           ValueError: `normalize_reward` with `reward_normalizer: return` (an agent's
@@ -88,7 +91,14 @@ class IMPALA(OnPolicyAlgorithm):
         """
         if self._config.normalize_reward and self._config.reward_normalizer != "reward":
             raise ValueError("impala learns from fragments with reward_normalizer: reward")
-        return self._learn(fragment)
+        return self._learn_and_log(fragment, tf.constant(bool(log)))
+
+    def _fragment_learn(self, fragment, log):
+        """`learn`'s function: the update (`_learn`, compiled with XLA under `jit_update`),
+        then its summaries while `log`."""
+        result = self._learn(fragment)
+        with tf.control_dependencies(self._update_summaries(result, log)):
+            return {key: tf.identity(value) for key, value in result.items()}
 
     def _fragment_update(self, fragment):
         """`update` on the batch of a fragment, with the keys of `_memory_batch`."""

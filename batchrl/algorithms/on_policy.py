@@ -411,16 +411,20 @@ class OnPolicyAlgorithm(Algorithm):
         named in `histograms` over the valid steps (its `mask`), and the normalizers'
         statistics; returns True once done."""
         with tf.name_scope("update"):
-            result = self._update()
-            mask = result.pop("mask")
-            histograms = {key: result.pop(key) for key in self.histograms if key in result}
-            summaries = self._write_summaries(
-                result, self._should_log, lambda: [
-                    summaries_lib.histogram(
-                        name, tf.cast(tf.boolean_mask(value, mask > 0), tf.float32))
-                    for name, value in histograms.items()],
-                (self._observ_filter, self._reward_filter))
-            return after(summaries, True)
+            return after(self._update_summaries(self._update(), self._should_log), True)
+
+    def _update_summaries(self, result, record):
+        """Writes the summaries of an update's `result` (`update`'s dict) while `record`
+        (bool scalar tensor), as `_train` describes; returns the summary ops."""
+        result = dict(result)
+        mask = result.pop("mask")
+        histograms = {key: result.pop(key) for key in self.histograms if key in result}
+        return self._write_summaries(
+            result, record, lambda: [
+                summaries_lib.histogram(
+                    name, tf.cast(tf.boolean_mask(value, mask > 0), tf.float32))
+                for name, value in histograms.items()],
+            (self._observ_filter, self._reward_filter))
 
     def _memory_update(self):
         """The update on the memory, free of summaries so that XLA can compile it: the

@@ -114,6 +114,8 @@ def check_env_id(env):
 
 # Config keys that only the Ray backend reads, and their defaults.
 _RAY_KEYS = {"ray_address": None, "worker_cpus": 1.0, "worker_restarts": 0}
+# Those that the actors of the actor-learner mode (`actors` above 0) read too.
+_ACTOR_KEYS = ("ray_address", "worker_restarts")
 
 
 def check_backend(config):
@@ -123,13 +125,15 @@ def check_backend(config):
       ConfigError: `env_backend: envpool` with a `module:attribute` env; `env_backend: ray`
         with an in-graph environment (stepped in the graph, in this process) or without Ray
         installed; or a Ray-only key (`ray_address`, `worker_cpus`, `worker_restarts`) set
-        with another backend.
+        with another backend (`ray_address` and `worker_restarts` also apply to `actors`).
     """
     if config.env_backend != "ray":
         for key, default in _RAY_KEYS.items():
-            if config[key] != default:
+            if config[key] != default and not (config.get("actors") and key in _ACTOR_KEYS):
+                also = " or actors" if key in _ACTOR_KEYS else ""
                 raise ConfigError(f"config key {key!r} ({config[key]!r}) applies only to "
-                                  f"env_backend: ray, and env_backend is {config.env_backend}")
+                                  f"env_backend: ray{also}, and env_backend is "
+                                  f"{config.env_backend}")
     task = envpool_task(config.env)
     if config.env_backend == "envpool" and (task is None or ":" in task):
         raise ConfigError(f"config key 'env_backend' is envpool, but env "

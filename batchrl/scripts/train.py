@@ -116,9 +116,11 @@ def check(config, logdir):
     """
     from batchrl import build as build_lib
     from batchrl import environments
+    from batchrl.distributed import learner
 
     build_lib.check(config)
     environments.check_backend(config)
+    learner.check(config)
     check_resume(logdir, config)
 
 
@@ -198,19 +200,81 @@ def configure_tensorflow(config):
         {**GRAPH_OPTIMIZER_OPTIONS, "disable_meta_optimizer": grappler_off()})
 
 
-def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None):
+def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, pool=None):
     """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
     `logdir`: its schedule, progress output, stop event and start time (`started_at`,
     epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
     memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
-    `replay`)."""
+    `replay`). Given the actors' `pool` (`start_actors`), the learner's loop
+    (`batchrl.distributed.learner.ActorLearnerLoop`)."""
     from batchrl.drivers.loop import Loop
 
-    return Loop(logdir, *agent, steps=config.steps, eval_every=config.eval_every,
-                eval_episodes=config.eval_episodes, log_every=config.log_every,
-                progress=progress, stop=stop, steps_per_call=config.steps_per_call,
-                jit_compile=config.jit_step, started_at=started_at,
-                replay=agent.algo.memory if config.save_replay else None)
+    options = dict(steps=config.steps, eval_every=config.eval_every,
+                   eval_episodes=config.eval_episodes, log_every=config.log_every,
+                   progress=progress, stop=stop, steps_per_call=config.steps_per_call,
+                   jit_compile=config.jit_step, started_at=started_at)
+    if pool is not None:
+        from batchrl.distributed.learner import ActorLearnerLoop
+
+        return ActorLearnerLoop(logdir, *agent, pool=pool,
+                                broadcast_every=config.broadcast_every,
+                                max_policy_lag=config.max_policy_lag, **options)
+    return Loop(logdir, *agent, replay=agent.algo.memory if config.save_replay else None,
+                **options)
+
+
+def start_actor_process():
+    """What an actor runs first (`FragmentActor`'s `setup`): TensorFlow imported quietly
+    (`start_tensorflow`), as the command's own process does, unless `TF_CPP_MIN_LOG_LEVEL`
+    asks for its INFO lines."""
+    start_tensorflow(verbose=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0")
+
+
+def start_actors(config):
+    """The Ray actors of a config with `actors` above 0 (`batchrl.distributed.pool`), on a
+    local Ray or the cluster at `ray_address`, with this process's TensorFlow log level
+    and Grappler setting. They build their environments and policies meanwhile
+    (`report_actors` waits for them).
+
+    Raises:
+      ConfigError: Ray cannot be started or reached, or has too few CPUs.
+    """
+    from batchrl.distributed.pool import ActorPool
+    from batchrl.environments.ray.connection import RayUnavailable
+    from batchrl.environments.ray.driver import NotEnoughCPUs
+
+    env_vars = {key: os.environ[key] for key in ("TF_CPP_MIN_LOG_LEVEL", "BATCHRL_GRAPPLER")
+                if key in os.environ}
+    try:
+        pool = ActorPool(config, config.actors, config.actor_cpus, config.fragments_in_flight,
+                         config.worker_timeout, config.worker_restarts, config.ray_address,
+                         {"env_vars": env_vars}, start_actor_process)
+    except (RayUnavailable, NotEnoughCPUs) as error:
+        raise configs.ConfigError(str(error)) from None
+    return pool
+
+
+def report_actors(config, pool):
+    """Waits until the actors of `pool` are built and says where they run.
+
+    Raises:
+      batchrl.drivers.loop.EnvironmentFailed: an actor failed to build.
+    """
+    from batchrl.drivers.loop import EnvironmentFailed
+    from batchrl.environments.wrappers import WorkerError
+
+    try:
+        pool.wait_built()
+    except WorkerError as error:
+        raise EnvironmentFailed(f"before the first step: {error}") from error
+    print(f"Actors: {_count(config.actors, 'Ray actor')} of {config.envs_per_actor} "
+          f"environments each ({pool.agents} in all) on "
+          f"{_count(len(set(pool.nodes)), 'node')}.", flush=True)
+
+
+def _count(number, noun):
+    """`number` and `noun`, plural unless it is one: "1 actor", "2 actors"."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None,
@@ -272,19 +336,28 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
         print(f"Environments: {len(nodes)} Ray actors on {len(set(nodes))} node(s).",
               flush=True)
     eager = tf.config.functions_run_eagerly()
+    pool = None
     try:
+        if config.actors:  # They build while this process builds and traces the learner.
+            pool = start_actors(config)
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         write_run_config(logdir, config)
         step = agent.step
-        loop = make_loop(config, logdir, agent, progress, stop, started_at)
+        loop = make_loop(config, logdir, agent, progress, stop, started_at, pool)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
                   flush=True)
             if config.save_replay:
                 _print_replay(loop, agent.algo.memory)
+
+        def ready():
+            if pool is not None:
+                report_actors(config, pool)
+            if not config.eager:
+                _print_ready(loop)
+
         try:
-            ready = None if config.eager else (lambda: _print_ready(loop))
             # Loading a cached XLA program, and uint8 ops, log harmless ERROR lines; a
             # quiet run drops them.
             harmless = quiet.HARMLESS_LOG_LINES + (
@@ -298,6 +371,8 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
             raise Interrupted(path) from None
         return loop, results
     finally:
+        if pool is not None:
+            pool.close()
         batch_env.close()
         tf.config.run_functions_eagerly(eager)
 
@@ -365,8 +440,11 @@ def main(argv=None):
     except configs.ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    agents = (f"{_count(config.actors, 'actor')} of {config.envs_per_actor} agents, "
+              f"{config.num_agents} agents to evaluate" if config.actors else
+              f"{config.num_agents} agents")
     print(f"Training {config.env} with {config.algorithm} (config {args.config!r}) into "
-          f"{args.logdir} ({config.num_agents} agents, {config.steps:,} steps).", flush=True)
+          f"{args.logdir} ({agents}, {config.steps:,} steps).", flush=True)
     from batchrl.drivers.loop import EnvironmentFailed, Interrupted
 
     stop = threading.Event()

@@ -195,7 +195,8 @@ def test_backend_keys_that_contradict_are_one_line_errors():
             ({"env_backend": "envpool", "env": "batchrl.envs:Pendulum"},
              "env 'batchrl.envs:Pendulum' is not an EnvPool task id"),
             ({"worker_restarts": 1},
-             "'worker_restarts' (1) applies only to env_backend: ray, and env_backend is local"),
+             "'worker_restarts' (1) applies only to env_backend: ray or actors, and "
+             "env_backend is local"),
             ({"env_backend": "envpool", "worker_cpus": 2.0},
              "'worker_cpus' (2.0) applies only to env_backend: ray, and env_backend is envpool"),
             ({"ray_address": "auto"}, "'ray_address' ('auto') applies only to env_backend")]:

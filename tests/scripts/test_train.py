@@ -23,7 +23,9 @@ from batchrl.scripts.events import read_scalars
 BRIEF = {"steps": 400, "eval_every": 200, "log_every": 100, "num_agents": 2,
          "update_every": 2, "update_epochs": 1, "eval_episodes": 1, "max_length": 50,
          "learning_starts": 100, "replay_capacity": 400, "updates_per_step": 0.1,
-         "jit_update": False, "jit_step": False}
+         "jit_update": False, "jit_step": False, "actors": 0}
+# (`actors: 0`: `cartpole_impala` trains in this process here; its actors on Ray are
+# trained by tests/distributed/test_on_ray.py, beside the test cluster.)
 # Keys that some algorithm reads: one that the config's algorithm does not read must keep
 # its default (`build.algorithm_class`), so `_sets` leaves it out.
 _ALGORITHM_KEYS = frozenset().union(
@@ -159,7 +161,8 @@ def test_environment_given_as_module_and_class(tmp_path, capsys, monkeypatch):
      "env 'batchrl.envs:Pendulum' is an in-graph environment, stepped in the graph: choose "
      "env_backend local or processes"),
     (["--set", "worker_restarts=1"],
-     "'worker_restarts' (1) applies only to env_backend: ray, and env_backend is local"),
+     "'worker_restarts' (1) applies only to env_backend: ray or actors, and env_backend is "
+     "local"),
     (["--set", "jit_step=true"], "config key 'jit_step' needs an in-graph environment"),
     (["--set", "algorithm=ddpg"], "config key 'algorithm' is 'ddpg'"),
     (["--config=pendulum_sac", "--set", "update_every=5"],

@@ -1,0 +1,140 @@
+"""An actor of the actor-learner mode: in its own process, its own batch of environments
+and a copy of the learner's policy (the acting half), recording fragments
+(`fragment.FragmentRecorder`) with the newest weights the learner gave it."""
+
+import os
+import socket
+import time
+
+import numpy as np
+
+from batchrl import configs
+
+# TensorFlow (with `batchrl.build`) is imported in `FragmentActor.build`, after `setup`: the
+# module itself is imported wherever Ray unpickles the class.
+
+
+def actor_config(config, index):
+    """The config of actor `index` (int >= 0) of a run of `config`: `envs_per_actor`
+    environments stepped in the actor's process (`env_backend: local`, or the in-graph or
+    EnvPool batch the env id names), and seed `config.seed + 1 + index` for its
+    environments and its sampling, so that no two actors, nor the learner's evaluation,
+    draw the same episodes."""
+    return configs.Config(config, num_agents=config.envs_per_actor, env_backend="local",
+                          seed=config.seed + 1 + index)
+
+
+def episodes(fragment, running):
+    """The episodes that ended in `fragment` (`FragmentRecorder.collect`), given `running`:
+    a dict of `score` float64 `[B]` and `length` int64 `[B]`, each agent's episode so far,
+    which it updates. Returns `(scores, lengths)`, lists in the order the episodes ended
+    (by step, then agent); an episode counts the steps and rewards of every fragment it
+    spans."""
+    scores, lengths = [], []
+    reward, done, valid = fragment["reward"], fragment["done"], fragment["length"]
+    for t in range(reward.shape[1]):
+        stepped = t < valid
+        running["score"][stepped] += reward[stepped, t]
+        running["length"][stepped] += 1
+        ended = stepped & done[:, t]
+        scores.extend(running["score"][ended].tolist())
+        lengths.extend(running["length"][ended].tolist())
+        running["score"][ended] = 0.0
+        running["length"][ended] = 0
+    return scores, lengths
+
+
+def _ray_node():
+    """The id of the Ray node this process runs on (str), or None outside a Ray worker."""
+    import sys
+
+    ray = sys.modules.get("ray")  # Imported in every Ray worker; not imported here.
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id()
+
+
+class FragmentActor:
+    """One actor (run as a Ray actor by `pool.ActorPool`, or in-process by tests).
+
+    Args:
+      config: the run's `Config` as loaded (plain values; `network` a name or layers),
+        with `rollout_length`, `envs_per_actor` and the acting keys.
+      index: int >= 0, this actor's index (`actor_config`).
+      setup: optional callable without arguments that `build` calls first, before
+        TensorFlow is imported (e.g. to import it quietly).
+    """
+
+    def __init__(self, config, index, setup=None):
+        self._config = actor_config(config, index)
+        self._index = int(index)
+        self._setup = setup
+        self._recorder = None
+        self._actor = None
+        self._running = None
+        self._version = None
+
+    def build(self):
+        """Creates the environments and the acting half; returns a dict describing the
+        actor: `pid`, `where` (host and pid, for messages), `agents` (int),
+        `observ_shape` and `action_shape` (tuples) and `observ_dtype` (str).
+
+        Raises:
+          whatever the environments' constructors raise, or ValueError for a recurrent
+          policy (`FragmentRecorder`).
+        """
+        if self._setup is not None:
+            self._setup()
+        import tensorflow as tf
+
+        from batchrl import build, environments
+        from batchrl.algorithms.actor import OnPolicyActor
+        from batchrl.distributed.fragment import FragmentRecorder
+
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        config = self._config
+        batch_env = build.in_graph_env(config, environments.create_batch(config))
+        algo_config = build.algorithm_config(config)
+        self._actor = OnPolicyActor(
+            batch_env.observation_space, batch_env.action_space, algo_config,
+            observ_shape=tuple(batch_env.observ.shape[1:]),
+            observ_dtype=batch_env.observ.dtype)
+        self._recorder = FragmentRecorder(batch_env, self._actor, config.rollout_length)
+        self._batch_env = batch_env
+        agents = len(batch_env)
+        self._running = {"score": np.zeros(agents), "length": np.zeros(agents, np.int64)}
+        return {"pid": os.getpid(), "where": f"{socket.gethostname()}, pid {os.getpid()}",
+                "node": _ray_node(),
+                "agents": agents, "observ_shape": tuple(batch_env.observ.shape[1:]),
+                "observ_dtype": batch_env.observ.dtype.name,
+                "action_shape": tuple(batch_env.action.shape[1:])}
+
+    def collect(self, version, weights):
+        """Records one fragment with the policy of `version` (int), first taking `weights`
+        (`Actor.get_weights` of the learner: the policy's and the observation filter's
+        arrays) when the version is new to this actor (None: keep the weights it has).
+
+        Returns:
+          dict: `fragment` (`FragmentRecorder.collect`'s arrays), `version` (int, the
+          version that acted), `scores` and `lengths` (lists, the episodes that ended in
+          it), `seconds` (float, wall-clock time of the recording).
+
+        Raises:
+          the exception an environment raised (its batch's `error`), or TensorFlow's error
+          of the recording.
+        """
+        if weights is not None and version != self._version:
+            self._actor.set_weights(weights)
+            self._version = int(version)
+        start = time.perf_counter()
+        try:
+            fragment = self._recorder.collect()
+        except Exception as error:  # tf.errors.OpError, from an environment's exception.
+            cause = getattr(self._batch_env, "error", None)
+            if cause is None:
+                raise
+            raise cause from error
+        seconds = time.perf_counter() - start
+        scores, lengths = episodes(fragment, self._running)
+        return {"fragment": fragment, "version": self._version, "scores": scores,
+                "lengths": lengths, "seconds": seconds}

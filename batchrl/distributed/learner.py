@@ -1,0 +1,177 @@
+"""The learner of an actor-learner run: the training `Loop` whose train phases learn from the
+actors' fragments (`pool.ActorPool`) instead of stepping environments, and whose eval
+phases and checkpoints are the Loop's own."""
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from batchrl import configs
+from batchrl.drivers.loop import EnvironmentFailed, Loop
+from batchrl.drivers.progress import PhaseResult
+from batchrl.environments.wrappers import WorkerError
+
+# The algorithms that learn from actors' fragments (`learn(fragment, log)`).
+ALGORITHMS = ("impala",)
+
+
+def check(config):
+    """Checks the actor-learner keys of `config` (with `actors` above 0).
+
+    Raises:
+      ConfigError: an algorithm that cannot learn from fragments, no `rollout_length`
+        (the fragments' length), or `reward_normalizer: return` with `normalize_reward`.
+    """
+    if not config.actors:
+        return
+    if config.algorithm not in ALGORITHMS:
+        raise configs.ConfigError(
+            f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors' "
+            f"fragments; choices: {', '.join(ALGORITHMS)} (or actors: 0)")
+    if not config.rollout_length:
+        raise configs.ConfigError("config key 'actors' needs rollout_length (the steps per "
+                                  "agent of a fragment, e.g. 20)")
+    if config.normalize_reward and config.reward_normalizer != "reward":
+        raise configs.ConfigError(
+            "config key 'actors' needs reward_normalizer: reward with normalize_reward (a "
+            "discounted return runs across fragments, and the learner sees one at a time)")
+
+
+class ActorLearnerLoop(Loop):
+    """A `Loop` whose train phase takes the actors' fragments one at a time and makes one
+    update (`IMPALA.learn`) on each, until `eval_every` environment steps of fragments
+    were learned from; the eval phases step the learner's own batch (`batch_env`) with the
+    mean action, as in every run.
+
+    Policy versions count the learner's updates (`version`, kept in the checkpoint); the
+    actors get the learner's weights (`Actor.get_weights`: the policy and the observation
+    filter) at the start of each train phase and every `broadcast_every` updates. A
+    fragment's policy lag is the learner's version minus the version that acted on it;
+    a fragment with a lag above `max_policy_lag` (None: no bound) is dropped and counted,
+    its steps not learned from nor counted in the global step.
+
+    At every `log_every` steps and at a phase's end, besides `mean_score` and
+    `mean_length` of the actors' finished episodes and the update's summaries, the train
+    writer receives under `actors/`: `policy_lag_min`, `policy_lag_mean`,
+    `policy_lag_max` (of the fragments learned from since the last write),
+    `dropped_fragments` and `discarded_fragments` (so far in this process: too old, and
+    lost with a failed actor), `restarts` (of all actors), `queue_depth` (the mean number
+    of fragments ready and waiting when the learner took one), `updates_per_second` and
+    `steps_per_second` (learned steps over the wall-clock time since the last write), and
+    `actor_steps_per_second` (one actor's steps over its recording time, mean).
+
+    Args:
+      logdir, batch_env, algo, step, is_training, should_log, checkpoint: as for `Loop`;
+        `algo` has `learn(fragment, log)` and `actor` (e.g. `IMPALA`).
+      pool: the `pool.ActorPool` (closed by the caller).
+      broadcast_every: int >= 1.
+      max_policy_lag: int >= 0 or None.
+      **options: the other arguments of `Loop` (`steps`, `eval_every`, ...).
+    """
+
+    def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
+                 pool, broadcast_every=1, max_policy_lag=None, **options):
+        self._version = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                    name="policy_version")
+        checkpoint.policy_version = self._version
+        super().__init__(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
+                         **options)
+        self._algo = algo
+        self._pool = pool
+        self._broadcast_every = int(broadcast_every)
+        self._max_policy_lag = max_policy_lag
+        self.dropped = 0  # Fragments too old to learn from, in this process.
+
+    @property
+    def version(self):
+        """The learner's policy version (int): its updates so far."""
+        return int(self._version.numpy())
+
+    def _publish(self):
+        self._pool.publish(self.version, self._algo.actor.get_weights())
+
+    def _train_phase(self, bar):
+        self._is_training.assign(True)
+        self._should_log.assign(True)
+        step = int(self._step.numpy())
+        end = min(self._steps, (step // self._eval_every + 1) * self._eval_every)
+        next_log = (step // self._log_every + 1) * self._log_every
+        scores, lengths = [], []
+        window = _Window(step, 0)
+        start_step, start_time = step, time.time()
+        self._publish()
+        version = self.version
+        writer = self._writers["train"]
+        while step < end:
+            self._check_stop()
+            try:
+                taken = self._pool.next()
+            except WorkerError as error:  # An actor failed past its restarts.
+                raise EnvironmentFailed(f"at step {step:,}: {error}") from error
+            lag = version - taken.version
+            if self._max_policy_lag is not None and lag > self._max_policy_lag:
+                self.dropped += 1
+                continue
+            after = step + int(np.sum(taken.fragment["length"]))
+            log = after >= next_log or after >= end
+            while next_log <= after:
+                next_log += self._log_every
+            self._step.assign(after)
+            with writer.as_default(step=self._step):  # A variable: read at every call.
+                self._algo.learn(taken.fragment, log=log)
+            version += 1
+            self._version.assign(version)
+            if version % self._broadcast_every == 0:
+                self._publish()
+            scores.extend(taken.scores)
+            lengths.extend(taken.lengths)
+            window.add(taken, lag)
+            if log:
+                self._write_window(window, after, scores, lengths)
+                window = _Window(after, len(scores))
+            bar.update(after - step)
+            step = after
+        result = PhaseResult("train", step, step - start_step, time.time() - start_time,
+                             scores, lengths)
+        with self._writers["train"].as_default(step=step):
+            tf.summary.scalar("time/train_steps_per_second", result.steps_per_second)
+            tf.summary.scalar("time/train_phase_seconds", result.seconds)
+        return result
+
+    def _write_window(self, window, step, scores, lengths):
+        """The `actors/` summaries of the fragments since the last write, and the scores
+        of the episodes that ended since then."""
+        seconds = max(time.time() - window.started, 1e-9)
+        new_scores, new_lengths = scores[window.scores:], lengths[window.scores:]
+        with self._writers["train"].as_default(step=step):
+            if new_scores:
+                tf.summary.scalar("mean_score", np.mean(new_scores))
+                tf.summary.scalar("mean_length", np.mean(new_lengths))
+            if window.lags:
+                tf.summary.scalar("actors/policy_lag_min", min(window.lags))
+                tf.summary.scalar("actors/policy_lag_mean", np.mean(window.lags))
+                tf.summary.scalar("actors/policy_lag_max", max(window.lags))
+                tf.summary.scalar("actors/queue_depth", np.mean(window.queued))
+                tf.summary.scalar("actors/actor_steps_per_second",
+                                  np.mean(window.actor_rates))
+            tf.summary.scalar("actors/updates_per_second", len(window.lags) / seconds)
+            tf.summary.scalar("actors/steps_per_second", (step - window.step) / seconds)
+            tf.summary.scalar("actors/dropped_fragments", self.dropped)
+            tf.summary.scalar("actors/discarded_fragments", self._pool.discarded)
+            tf.summary.scalar("actors/restarts", sum(self._pool.restarts))
+
+
+class _Window:
+    """What the fragments learned from since the last summaries held."""
+
+    def __init__(self, step, scores):
+        self.step = step  # The global step at the window's start.
+        self.scores = scores  # The phase's episodes that ended before it.
+        self.started = time.time()
+        self.lags, self.queued, self.actor_rates = [], [], []
+
+    def add(self, taken, lag):
+        self.lags.append(lag)
+        self.queued.append(taken.queued)
+        self.actor_rates.append(np.sum(taken.fragment["length"]) / max(taken.seconds, 1e-9))

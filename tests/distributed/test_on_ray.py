@@ -1,0 +1,157 @@
+"""The actors on Ray, on the two-node test cluster (one module: one cluster start). The
+pool (`batchrl.distributed.pool.ActorPool`): bounded calls in flight, new weights picked
+up, and the faults: an actor killed mid-run is replaced, an environment that raises or
+hangs past the restarts is one error naming the actor, and nothing is left behind. The
+command (`batchrl-train` with `actors`): Ctrl-C saves a checkpoint (with the policy
+version) and leaves no actor behind, and the same command resumes."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from batchrl import configs
+from batchrl.distributed.actor import FragmentActor
+from batchrl.distributed.pool import ActorPool
+from batchrl.environments.wrappers import WorkerError
+
+pytest.importorskip("ray")
+FAULTY = "benchmarks.faults.envs:FaultyPendulum"  # On the test cluster's PYTHONPATH.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LENGTH = 5
+
+
+def _config(**env_kwargs):
+    return configs.load("default", {
+        "algorithm": "impala", "env": FAULTY, "env_kwargs": env_kwargs, "actors": 1,
+        "envs_per_actor": 1, "rollout_length": LENGTH, "policy_layers": [8],
+        "value_layers": [8], "max_length": 200})
+
+
+def _gone(pids, seconds=30):
+    """Whether every process of `pids` ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluster, tmp_path):
+    """Two actors, two calls each: never more than four fragments exist; the environment
+    that reaches step 12 first kills its actor's process (once): its calls are discarded,
+    a new actor takes its place, and fragments keep coming from both, acted by the version
+    published after the restart. (How soon Ray reports the death depends on the load: the
+    other actor's fragments keep coming meanwhile.)"""
+    config = _config(fault="kill", after=12, once=str(tmp_path / "once"))
+    local = FragmentActor(_config(), 0)
+    local.build()
+    weights = local._actor.get_weights()
+    pool = ActorPool(config, 2, 1.0, 2, 60.0, 1)
+    try:
+        pids = [int(pool.describe(k).rsplit(" ", 1)[1]) for k in range(2)]
+        pool.publish(0, weights)
+        first = [pool.next().version for _ in range(2)]
+        newest = set()  # The actors whose fragments were acted by version 1.
+        published = 0
+        deadline = time.monotonic() + 120
+        while len(newest) < 2 and time.monotonic() < deadline:
+            taken = pool.next()
+            assert len(pool._pending) <= 3  # Four in flight, less the one taken.
+            assert taken.fragment["reward"].shape == (1, LENGTH)
+            if sum(pool.restarts) and not published:
+                published = 1
+                pool.publish(published, weights)
+            elif taken.version == 1:
+                newest.add(taken.actor)
+        assert first == [0, 0] and newest == {0, 1}
+        assert pool.restarts in ([0, 1], [1, 0]) and pool.discarded >= 1
+        new_pids = [int(pool.describe(k).rsplit(" ", 1)[1]) for k in range(2)]
+        assert len(set(new_pids) - set(pids)) == 1
+    finally:
+        pool.close()
+    assert _gone(new_pids + pids)
+
+
+@pytest.mark.parametrize("fault, timeout, message", [
+    ("raise", 60.0, r"failed: RuntimeError: injected fault after 7 steps"),
+    ("hang", 4.0, r"did not finish a fragment within 4 s"),
+])
+def test_a_fault_past_the_restarts_is_one_error_naming_the_actor(ray_cluster, fault, timeout,
+                                                                 message):
+    pool = ActorPool(_config(fault=fault, after=7), 1, 1.0, 1, timeout, 0)
+    where = pool.describe(0)
+    try:
+        with pytest.raises(WorkerError, match=rf"^actor 0 \({where}\) {message} "
+                                              rf"\(worker_restarts: 0 used\)$"):
+            for _ in range(3):
+                pool.next()
+    finally:
+        pool.close()
+    assert _gone([int(where.rsplit(" ", 1)[1])])
+
+
+def _actor_processes():
+    """The pids of Ray's actor processes of `FragmentActor` (their title names the class)."""
+    pids = []
+    for path in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if path.read_bytes().startswith(b"ray::FragmentActor"):
+                pids.append(int(path.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+def _version(logdir):
+    checkpoint = tf.train.Checkpoint(policy_version=tf.Variable(0, dtype=tf.int64))
+    checkpoint.read(tf.train.latest_checkpoint(str(logdir))).expect_partial()
+    return int(checkpoint.policy_version.numpy())
+
+
+def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
+    logdir = tmp_path / "run"
+    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=cartpole_impala",
+               f"--logdir={logdir}", "--no-progress", "--set", "actors=2", "--set",
+               "envs_per_actor=4", "--set", "num_agents=2", "--set", "eval_episodes=2",
+               "--set", "steps=6000", "--set", "eval_every=1000", "--set", "log_every=500",
+               "--set", f"ray_address={ray_cluster.address}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step"):
+            assert len(_actor_processes()) == 2, "".join(lines)
+            process.send_signal(signal.SIGINT)
+            break
+    output = "".join(lines) + process.stdout.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    assert "Stopped at step" in output
+    assert "Actors: 2 Ray actors of 4 environments each (8 in all) on 2 nodes." in output
+    deadline = time.monotonic() + 30
+    while _actor_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _actor_processes()
+    stopped = _version(logdir)
+    assert stopped > 0
+
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resuming" in resumed.stdout and "step      6,0" in resumed.stdout
+    assert _version(logdir) > stopped
+    assert not _actor_processes()
+    assert os.path.exists(logdir / "train")
