@@ -91,7 +91,10 @@ class FragmentActor:
         from batchrl.algorithms.actor import OnPolicyActor
         from batchrl.distributed.fragment import FragmentRecorder
 
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        try:  # One thread: the environments step in this process, as `local` runs do.
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # TensorFlow runs already (an actor built in a test).
+            pass
         config = self._config
         batch_env = build.in_graph_env(config, environments.create_batch(config))
         algo_config = build.algorithm_config(config)
