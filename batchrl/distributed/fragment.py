@@ -20,7 +20,8 @@ class FragmentRecorder:
     one agent's consecutive steps across the ends of its episodes: `observ` and
     `next_observ` `[B, T, *observation_shape]` in the environment's dtype, raw (the
     observation a step was acted on, and the one after it: the final observation where
-    the step ended an episode); `action` `[B, T, *action_shape]`; `reward` float32
+    the step ended an episode), sent in `compact`'s form (`expand` gives them back);
+    `action` `[B, T, *action_shape]`; `reward` float32
     `[B, T]`; `done` and `terminated` bool `[B, T]`; `policy_<param>` float32
     `[B, T, ...]`, the parameters of the distribution the action was drawn from (mu); and
     `length` int32 `[B]`, the steps of each row (`T` unless an agent was left out of a
@@ -109,10 +110,52 @@ class FragmentRecorder:
             return ({key: tf.identity(value) for key, value in fields.items()},
                     tf.identity(length))
 
-    def collect(self):
+    def record(self):
         """Steps every agent `length` times, continuing their episodes, and returns the
-        fragment (dict of NumPy arrays, see the class docstring)."""
+        fragment as recorded (dict of NumPy arrays, see the class docstring)."""
         fields, length = self._collect()
         fragment = {key: np.asarray(value) for key, value in fields.items()}
         fragment["length"] = np.asarray(length)
         return fragment
+
+    def collect(self):
+        """`record`, in the form a fragment travels in (`compact`)."""
+        return compact(self.record())
+
+
+def compact(fragment):
+    """The fragment as it travels: `next_observ` `[B, T, ...]` replaced by what `observ`
+    does not hold. `observ` becomes `[B, T + 1, ...]`, column `length[b]` of row `b` being
+    the observation after its last step (the final one if that step ended an episode;
+    zeros past it); `final_observ` `[n, ...]` holds the final observations of the `n`
+    episodes that ended before a row's last step, at the steps `final_step` int32
+    `[n, 2]` (row, step). For image observations this halves the bytes sent. `expand` is
+    the inverse."""
+    fragment = dict(fragment)
+    observ, next_observ = fragment["observ"], fragment.pop("next_observ")
+    length = fragment["length"]
+    rows = np.arange(len(length))
+    extended = np.zeros((observ.shape[0], observ.shape[1] + 1) + observ.shape[2:],
+                        observ.dtype)
+    extended[:, :-1] = observ
+    last = np.maximum(length - 1, 0)
+    extended[rows, length] = np.where(
+        (length > 0).reshape((-1,) + (1,) * (observ.ndim - 2)), next_observ[rows, last],
+        extended[rows, length])
+    before_last = np.arange(observ.shape[1])[None] < (length - 1)[:, None]
+    final_step = np.argwhere(fragment["done"] & before_last).astype(np.int32)
+    fragment.update(observ=extended, final_observ=next_observ[tuple(final_step.T)],
+                    final_step=final_step)
+    return fragment
+
+
+def expand(fragment):
+    """The fragment with `observ` and `next_observ` `[B, T, ...]` (as recorded) again, from
+    `compact`'s form."""
+    fragment = dict(fragment)
+    extended = fragment["observ"]
+    next_observ = extended[:, 1:].copy()
+    final_step = fragment.pop("final_step")
+    next_observ[tuple(final_step.T)] = fragment.pop("final_observ")
+    fragment.update(observ=extended[:, :-1], next_observ=next_observ)
+    return fragment

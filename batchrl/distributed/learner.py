@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import configs
+from batchrl.distributed import fragment as fragment_lib
 from batchrl.drivers.loop import EnvironmentFailed, Loop
 from batchrl.drivers.progress import PhaseResult
 from batchrl.environments.wrappers import WorkerError
@@ -119,7 +120,7 @@ class ActorLearnerLoop(Loop):
                 next_log += self._log_every
             self._step.assign(after)
             with writer.as_default(step=self._step):  # A variable: read at every call.
-                self._algo.learn(taken.fragment, log=log)
+                self._algo.learn(fragment_lib.expand(taken.fragment), log=log)
             version += 1
             self._version.assign(version)
             if version % self._broadcast_every == 0:

@@ -9,7 +9,7 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms import IMPALA
 from batchrl.algorithms.actor import OnPolicyActor
-from batchrl.distributed.fragment import FragmentRecorder
+from batchrl.distributed.fragment import FragmentRecorder, compact, expand
 from batchrl.drivers.simulate import episode_state, simulate_steps
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
@@ -55,7 +55,7 @@ def test_a_fragment_holds_the_steps_as_the_agents_took_them():
     environment's; the stored parameters are those the action was drawn from; and the
     next fragment continues where this one stopped."""
     recorder, actor, batch_env = _recorder(_config())
-    first, second = recorder.collect(), recorder.collect()
+    first, second = recorder.record(), recorder.record()
     np.testing.assert_array_equal(first["length"], [LENGTH] * AGENTS)
     assert first["done"].any() and first["terminated"].any()
     for fragment in (first, second):
@@ -100,7 +100,7 @@ def test_one_actor_without_lag_learns_as_impala_in_one_process():
     initial = learner.actor.get_weights()
     for _ in range(FRAGMENTS):
         actor.set_weights(learner.actor.get_weights())
-        learner.learn(recorder.collect())
+        learner.learn(expand(recorder.collect()))
     changed = False
     for got, want, start in zip(learner.actor.get_weights(), in_process.actor.get_weights(),
                                 initial, strict=True):
@@ -113,10 +113,35 @@ def test_the_learner_normalizes_with_its_statistics_then_updates_them():
     config = _config(normalize_observ=True, normalize_reward=True)
     learner = _algorithm(config)
     recorder, _, _ = _recorder(config)
-    fragment = recorder.collect()
+    fragment = expand(recorder.collect())
     learner.learn(fragment)
     observ = fragment["observ"].reshape(-1, 3).astype(np.float64)
     np.testing.assert_allclose(learner._observ_filter.mean.numpy(), observ.mean(0),
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="reward_normalizer: reward"):
         _algorithm(_config(normalize_reward=True, reward_normalizer="return")).learn(fragment)
+
+
+def test_a_fragment_travels_with_each_observation_once():
+    """`compact` keeps each observation once: the row's observations, then the one after
+    its last step, plus the final observations of episodes that ended before it; `expand`
+    gives back the recording on every valid step (rows of fewer steps included)."""
+    rng = np.random.default_rng(1)
+    rows, steps = 3, 5
+    observ = rng.integers(0, 255, (rows, steps, 2, 2), dtype=np.uint8)
+    next_observ = np.concatenate([observ[:, 1:], rng.integers(
+        0, 255, (rows, 1, 2, 2), dtype=np.uint8)], axis=1)
+    done = np.zeros((rows, steps), bool)
+    done[0, 1] = done[1, 4] = done[2, 0] = True  # Row 1 ends at its last step.
+    next_observ[done] = rng.integers(0, 255, (done.sum(), 2, 2), dtype=np.uint8)
+    length = np.array([5, 5, 3], np.int32)  # Row 2 left out of its last two steps.
+    recorded = {"observ": observ, "next_observ": next_observ, "done": done,
+                "length": length, "reward": rng.normal(size=(rows, steps))}
+    sent = compact(recorded)
+    assert "next_observ" not in sent and sent["observ"].shape == (rows, steps + 1, 2, 2)
+    assert sent["final_step"].tolist() == [[0, 1], [2, 0]]  # Not row 1's last step.
+    back = expand(sent)
+    valid = np.arange(steps)[None] < length[:, None]
+    for key in ("observ", "next_observ"):
+        np.testing.assert_array_equal(back[key][valid], recorded[key][valid])
+    np.testing.assert_array_equal(back["reward"], recorded["reward"])
