@@ -10,7 +10,6 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.distributed import fragment as fragment_lib
 from batchrl.drivers.loop import EnvironmentFailed, Loop
-from batchrl.drivers.progress import PhaseResult
 from batchrl.environments.wrappers import WorkerError
 
 # The algorithms that learn from actors' fragments (`learn(fragment, log)`).
@@ -133,22 +132,15 @@ class ActorLearnerLoop(Loop):
                 window = _Window(after, len(scores))
             bar.update(after - step)
             step = after
-        result = PhaseResult("train", step, step - start_step, time.time() - start_time,
-                             scores, lengths)
-        with self._writers["train"].as_default(step=step):
-            tf.summary.scalar("time/train_steps_per_second", result.steps_per_second)
-            tf.summary.scalar("time/train_phase_seconds", result.seconds)
-        return result
+        return self._train_result(step, start_step, start_time, scores, lengths)
 
     def _write_window(self, window, step, scores, lengths):
         """The `actors/` summaries of the fragments since the last write, and the scores
         of the episodes that ended since then."""
         seconds = max(time.time() - window.started, 1e-9)
-        new_scores, new_lengths = scores[window.scores:], lengths[window.scores:]
+        if len(scores) > window.scores:
+            self._write_scores("train", step, scores[window.scores:], lengths[window.scores:])
         with self._writers["train"].as_default(step=step):
-            if new_scores:
-                tf.summary.scalar("mean_score", np.mean(new_scores))
-                tf.summary.scalar("mean_length", np.mean(new_lengths))
             if window.lags:
                 tf.summary.scalar("actors/policy_lag_min", min(window.lags))
                 tf.summary.scalar("actors/policy_lag_mean", np.mean(window.lags))

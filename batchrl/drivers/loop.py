@@ -262,6 +262,12 @@ class Loop:
                 logged = len(scores)
             step = after
             bar.update(count * batch)
+        return self._train_result(step, start_step, start_time, scores, lengths)
+
+    def _train_result(self, step, start_step, start_time, scores, lengths):
+        """The `PhaseResult` of a train phase from `start_step` (begun at `start_time`,
+        `time.time()`) to `step`, whose speed (`time/train_steps_per_second`,
+        `time/train_phase_seconds`) it writes to the train writer at `step`."""
         result = PhaseResult("train", step, step - start_step, time.time() - start_time,
                              scores, lengths)
         with self._writers["train"].as_default(step=step):

@@ -116,6 +116,7 @@ def test_the_learner_drops_fragments_past_the_lag_bound_and_counts_the_rest(tmp_
     lags = _scalars(tmp_path / "train", "actors/policy_lag_max")
     assert lags and max(lags) <= 1
     assert _scalars(tmp_path / "train", "impala/loss"), "the updates' summaries"
+    assert _scalars(tmp_path / "train", "mean_score"), "the actors' episodes"
     assert _scalars(tmp_path / "train", "actors/dropped_fragments")[-1] == loop.dropped
 
 
