@@ -178,8 +178,12 @@ class ActorPool:
         connection.disconnect()
 
     def _new_actor(self, index):
+        # Without task events: Ray's GCS keeps those of up to 100,000 tasks (for its
+        # dashboard), and every fragment is a task. With them, the GCS of a cartpole_impala
+        # run grew from 46 to 123 MB in its first 14 minutes; without, 46 to 48 MB.
         options = dict(num_cpus=self._cpus, max_restarts=0, max_task_retries=0,
-                       max_concurrency=1, scheduling_strategy="SPREAD")
+                       max_concurrency=1, scheduling_strategy="SPREAD",
+                       enable_task_events=False)
         if self._runtime_env:
             options["runtime_env"] = self._runtime_env
         return self._remote.options(**options).remote(self._config, index, self._setup)
