@@ -67,7 +67,6 @@ class FragmentActor:
 
     def __init__(self, config, index, setup=None):
         self._config = actor_config(config, index)
-        self._index = int(index)
         self._setup = setup
         self._recorder = None
         self._actor = None

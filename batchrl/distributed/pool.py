@@ -154,6 +154,9 @@ class ActorPool:
                 except ray.exceptions.RayTaskError as error:
                     self._restart(index, f"failed: {_task_error(error)}")
                     continue
+                except ray.exceptions.RayError as error:  # E.g. its result was lost.
+                    self._restart(index, f"failed: {type(error).__name__}: {error}"[:300])
+                    continue
                 return Fragment(index, result["version"], result["fragment"],
                                 result["scores"], result["lengths"], result["seconds"],
                                 queued)
