@@ -69,14 +69,16 @@ class FragmentActor:
         self._config = actor_config(config, index)
         self._setup = setup
         self._recorder = None
+        self._batch_env = None
         self._actor = None
         self._running = None
         self._version = None
 
     def build(self):
         """Creates the environments and the acting half; returns a dict describing the
-        actor: `pid`, `where` (host and pid, for messages), `agents` (int),
-        `observ_shape` and `action_shape` (tuples) and `observ_dtype` (str).
+        actor: `pid`, `where` (host and pid, for messages), `node` (the Ray node's id, or
+        None outside Ray), `agents` (int), `observ_shape` and `action_shape` (tuples) and
+        `observ_dtype` (str).
 
         Raises:
           whatever the environments' constructors raise, or ValueError for a recurrent
