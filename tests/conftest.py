@@ -96,14 +96,21 @@ def pytest_configure(config):
         "filterwarnings", "ignore:inter_op_threads.*not applied:UserWarning")
 
 
-@pytest.fixture(scope="module")
+_CLUSTER = []  # The test cluster of `ray_cluster`, while the Ray modules run.
+
+
+@pytest.fixture
 def ray_cluster():
     """A Ray cluster of two nodes on this machine (two CPUs each; `ray.cluster_utils`), this
-    process connected to it, shut down at the end of the test module (its idle processes
-    would take CPU from the other modules' tests). Its processes see the repository on
-    PYTHONPATH, so actors can build `benchmarks.faults.envs` environments. Skips without
-    Ray (`pip install 'batchrl[ray]'`)."""
+    process connected to it. Started by the first test that asks for it and shared by the
+    Ray modules (`_RAY_MODULES`, which run one after the other); shut down after the last
+    test of theirs (`pytest_runtest_teardown`): its idle processes would take CPU from the
+    other modules' tests. Its processes see the repository on PYTHONPATH, so actors can
+    build `benchmarks.faults.envs` environments. Skips without Ray
+    (`pip install 'batchrl[ray]'`)."""
     ray = pytest.importorskip("ray")
+    if _CLUSTER:
+        return _CLUSTER[0]
     from ray.cluster_utils import Cluster
 
     root = str(pathlib.Path(__file__).resolve().parents[1])
@@ -121,6 +128,16 @@ def ray_cluster():
         else:
             os.environ["PYTHONPATH"] = previous
     ray.init(address=cluster.address, logging_level=logging.ERROR)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    _CLUSTER.append(cluster)
+    return cluster
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Shuts the test cluster down after the last test of the Ray modules: when the next
+    test is of another module, or there is none (the scheduling sends the Ray modules to
+    one worker as one unit, `pytest_xdist_make_scheduler`)."""
+    if _CLUSTER and (nextitem is None or nextitem.path.stem not in _RAY_MODULES):
+        import ray
+
+        ray.shutdown()
+        _CLUSTER.pop().shutdown()
