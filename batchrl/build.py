@@ -1,5 +1,5 @@
 """Building the algorithm of a config: the in-graph environment, the algorithm (BatchPPO,
-TRPO, A2C, IMPALA, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
+TRPO, A2C, IMPALA, APPO, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
 `train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl import configs, environments
 from batchrl.algorithms.a2c import A2C
+from batchrl.algorithms.appo import APPO
 from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.builder import FunctionalAlgorithm
 from batchrl.algorithms.dqn import DQN
@@ -27,8 +28,8 @@ from batchrl.networks.constructors import NETWORKS, constructor, is_declared, to
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
 # The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
-ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "impala": IMPALA, "sac": SAC, "td3": TD3,
-              "dqn": DQN}
+ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "sac": SAC,
+              "td3": TD3, "dqn": DQN}
 # What `simulate` calls: a class that is not an `Algorithm` but has these is accepted.
 _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 
@@ -98,8 +99,8 @@ def check(config):
     Raises:
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
         episode length limit, `jit_step` with an environment stepped outside TensorFlow,
-        `preprocessing` or `share_layers` with a preset network, or a `normalize` step with
-        `normalize_observ`.
+        `preprocessing` or `share_layers` with a preset network, a `normalize` step with
+        `normalize_observ`, or appo's `batch_size` above the rows of its batches.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -124,6 +125,13 @@ def check(config):
             "say)")
     environments.episode_limit(config)
     algorithm_class(config)
+    if config.algorithm == "appo" and config.batch_size:
+        rows, key = ((config.envs_per_actor, "envs_per_actor") if config.actors
+                     else (config.num_agents, "num_agents"))
+        if config.batch_size > rows:
+            raise configs.ConfigError(
+                f"config key 'batch_size' ({config.batch_size}): appo's minibatches are "
+                f"rows of a batch, and a batch has {key} = {rows} rows")
 
 
 def in_graph_env(config, batch_env):

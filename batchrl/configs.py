@@ -46,7 +46,7 @@ _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
-ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "sac", "td3", "dqn")
+ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "appo", "sac", "td3", "dqn")
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),

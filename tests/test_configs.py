@@ -49,7 +49,7 @@ def test_dump_round_trips(tmp_path):
     (["env_backend=true"], "'env_backend' must be a string, got True"),
     (["env_backend=gpu"], "'env_backend' is 'gpu'; choices: local, processes, envpool, ray"),
     (["policy_layers=[0]"], "'policy_layers' must be a list of positive integers"),
-    (["algorithm=ddpg"], "choices: ppo, trpo, a2c, impala, sac, td3, dqn"),
+    (["algorithm=ddpg"], "choices: ppo, trpo, a2c, impala, appo, sac, td3, dqn"),
     (["seed"], "KEY=VALUE"),
     (["steps=null"], "must not be null"),
 ])

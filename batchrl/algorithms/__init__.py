@@ -1,5 +1,5 @@
 """Learning algorithms that plug into `batchrl.drivers.simulate` (subclasses of `Algorithm`,
-the contract in code): BatchPPO, TRPO, A2C, IMPALA (V-trace),
+the contract in code): BatchPPO, TRPO, A2C, IMPALA (V-trace), APPO (PPO on V-trace),
 `build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
 TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
 
@@ -10,6 +10,7 @@ from batchrl import _lazy
 
 _EXPORTS = {
     "A2C": "batchrl.algorithms.a2c",
+    "APPO": "batchrl.algorithms.appo",
     "Actor": "batchrl.algorithms.actor",
     "Algorithm": "batchrl.algorithms.base",
     "DQN": "batchrl.algorithms.dqn",

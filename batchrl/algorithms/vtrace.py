@@ -29,7 +29,8 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
     `v_t = V(s_t) + delta_t + discount * (1 - done_t) * c_t * (v_{t+1} - V(s_{t+1}))`;
     and the advantage of the policy gradient (section 4.2), with
     `rho'_t = min(pg_rho_bar, pi / mu)`:
-    `A_t = rho'_t * (r_t + discount * (1 - terminated_t) * v'_t - V(s_t))`, where
+    `A_t = rho'_t * (r_t + discount * (1 - terminated_t) * v'_t - V(s_t))` (`rho'_t` 1
+    with `pg_rho_bar` None: for a loss that weighs with pi / mu itself, as APPO's), where
     `v'_t = v_{t+1}` inside an episode and `V(s'_t)` after its last step and after a row's
     last valid step. `V(s'_t)`, the value after step t, is `V(s_{t+1})` inside an episode
     and `next_value` (the value of the observation after the step: the final observation
@@ -49,7 +50,8 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
       length: int32 `[rows]`, the valid steps of each row; later steps are ignored.
       discount: gamma in [0, 1].
       gae_lambda: lambda in [0, 1], the trace's decay (1: the paper's V-trace).
-      rho_bar, c_bar, pg_rho_bar: the truncation levels, > 0 (the paper: 1).
+      rho_bar, c_bar, pg_rho_bar: the truncation levels, > 0 (the paper: 1);
+        `pg_rho_bar` None: the advantage is not weighted.
 
     Returns:
       `(target, advantage)`: float32 `[rows, time]`, `v_t` and `A_t`, zero beyond each
@@ -71,7 +73,8 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
     correction = discounted_cumsum(delta, factor)
     target = masked(correction + value, mask)
     target_after = value_after(target, ends, next_value)
-    pg_rho = tf.minimum(pg_rho_bar, ratio)
-    advantage = masked(
-        pg_rho * (reward + discount * not_terminated * target_after - value), mask)
+    advantage = reward + discount * not_terminated * target_after - value
+    if pg_rho_bar is not None:
+        advantage *= tf.minimum(pg_rho_bar, ratio)
+    advantage = masked(advantage, mask)
     return target, advantage

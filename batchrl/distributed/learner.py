@@ -13,7 +13,7 @@ from batchrl.drivers.loop import EnvironmentFailed, Loop
 from batchrl.environments.wrappers import WorkerError
 
 # The algorithms that learn from actors' fragments (`learn(fragment, log)`).
-ALGORITHMS = ("impala",)
+ALGORITHMS = ("impala", "appo")
 
 
 def check(config):

@@ -402,9 +402,9 @@ def _print_ready(loop):
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m batchrl.scripts.train",
-        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, the last also "
-                    "on Ray actors with config key actors; off-policy SAC, TD3, DQN; or your "
-                    "own: config key algorithm) on a Gymnasium, EnvPool or "
+        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, APPO, the last "
+                    "two also on Ray actors with config key actors; off-policy SAC, TD3, "
+                    "DQN; or your own: config key algorithm) on a Gymnasium, EnvPool or "
                     "in-graph environment. Writes config.yaml, checkpoints and "
                     "TensorBoard summaries (train/, eval/) into LOGDIR; running the same "
                     "command again resumes the run.")

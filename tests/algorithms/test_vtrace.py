@@ -35,7 +35,7 @@ def _after(batch, row, t):
 
 def _reference(batch, discount, lam, rho_bar, c_bar, pg_rho_bar):
     """eq. 1 as a sum over the steps to the end of the episode piece, and the advantage of
-    section 4.2, per row and step, in float64."""
+    section 4.2 (unweighted with `pg_rho_bar` None), per row and step, in float64."""
     ratio = np.exp(batch["log_ratio"].astype(np.float64))
     keep = 1.0 - batch["terminated"]
     target = np.zeros(ratio.shape)
@@ -56,14 +56,16 @@ def _reference(batch, discount, lam, rho_bar, c_bar, pg_rho_bar):
         for s in range(batch["length"][row]):
             following = (_after(batch, row, s) if _ends(batch, row, s)
                          else target[row, s + 1])
-            advantage[row, s] = min(pg_rho_bar, ratio[row, s]) * (
+            weight = 1.0 if pg_rho_bar is None else min(pg_rho_bar, ratio[row, s])
+            advantage[row, s] = weight * (
                 batch["reward"][row, s] + discount * keep[row, s] * following
                 - batch["value"][row, s])
     return target, advantage
 
 
 @pytest.mark.parametrize("discount, lam, rho_bar, c_bar, pg_rho_bar", [
-    (0.99, 1.0, 1.0, 1.0, 1.0), (0.9, 0.95, 2.0, 0.8, 1.5), (0.97, 0.5, 0.5, 3.0, 0.7)])
+    (0.99, 1.0, 1.0, 1.0, 1.0), (0.9, 0.95, 2.0, 0.8, 1.5), (0.97, 0.5, 0.5, 3.0, 0.7),
+    (0.9, 0.95, 2.0, 0.8, None)])
 def test_vtrace_matches_the_papers_sums(discount, lam, rho_bar, c_bar, pg_rho_bar):
     batch = _rollouts(seed=int(lam * 100))
     target, advantage = vtrace(
