@@ -13,6 +13,7 @@ from batchrl.algorithms import off_policy
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
+from batchrl.optimizers import base as optimizers_base
 from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
@@ -169,7 +170,8 @@ class SAC(off_policy.OffPolicyAlgorithm):
             tape.watch(self._log_alpha)
             alpha_loss = -tf.reduce_mean(self._log_alpha * entropy_gap)
         alpha_gradient = tape.gradient(alpha_loss, self._log_alpha)
-        stepped = self._alpha_optimizer.apply_gradients([(alpha_gradient, self._log_alpha)])
+        stepped, _ = optimizers_base.apply_clipped(
+            self._alpha_optimizer, [alpha_gradient], [self._log_alpha])
         with tf.control_dependencies([actor_norm, stepped]):
             targets = self._update_targets([(self._target_critic, self._critic)])
         diagnostics = {
