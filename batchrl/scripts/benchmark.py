@@ -54,7 +54,7 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
                       "minatar_breakout": 28.0, "minatar_space_invaders": 131.0,
                       "minatar_breakout_native": 28.0, "minatar_breakout_dqn": 28.0,
                       "masked_choice": 14.0, "image_and_cue": 18.0, "pong": 0.0,
-                      "pendulum_appo": -200.0}
+                      "pendulum_appo": -200.0, "cartpole_impala": 500.0}
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issues "Learn fast" and "From the command to the
 # answer"; published tuned PPO results at 1M steps: Stable-Baselines3 rl-zoo), shown beside
