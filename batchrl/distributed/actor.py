@@ -142,3 +142,8 @@ class FragmentActor:
         scores, lengths = episodes(fragment, self._running)
         return {"fragment": fragment, "version": self._version, "scores": scores,
                 "lengths": lengths, "seconds": seconds}
+
+    def close(self):
+        """Closes the environments (their worker threads or processes stop)."""
+        if self._batch_env is not None:
+            self._batch_env.close()
