@@ -9,6 +9,8 @@ with the value regressed on V-trace's targets v_s (eq. 1): the combination of RL
 Sample Factory's APPO.
 """
 
+import contextlib
+
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
@@ -72,6 +74,13 @@ class APPO(IMPALA):
     def checkpoint_state(self):
         """IMPALA's trackables and the KL penalty."""
         return dict(super().checkpoint_state, kl_penalty=self._penalty)
+
+    def _reused(self):
+        """The context in which the layers that the policy and the value network share
+        (`share_layers`) run once for both on the same observations
+        (`batchrl.networks.torso.Torso.reused`); none without shared layers."""
+        torso = parts.shared_torso(self._networks)
+        return contextlib.nullcontext() if torso is None else torso.reused()
 
     def update(self, batch):
         """One update (see the class docstring) on a batch of `_memory_batch`'s keys (rows
@@ -164,14 +173,15 @@ class APPO(IMPALA):
         terms = {}
 
         def loss_fn():
-            new = parts.current_policy(networks, distribution, minibatch)
+            with self._reused():  # Shared layers run once for both losses.
+                new = parts.current_policy(networks, distribution, minibatch)
+                value = networks.value(minibatch["observ"])
             policy = losses.policy_loss(
                 new.log_prob(action), minibatch["old_log_prob"], minibatch["advantage"],
                 behaviour.kl(new), mask, self._penalty, config.kl_target,
                 config.kl_cutoff_factor, config.kl_cutoff_coef, new.entropy(),
                 config.entropy_coef, config.clip_ratio)
-            value_loss = losses.value_loss(
-                networks.value(minibatch["observ"]), minibatch["target"], mask)
+            value_loss = losses.value_loss(value, minibatch["target"], mask)
             terms.update(surrogate=policy["surrogate"], value_loss=value_loss,
                          entropy=masked_mean(new.entropy(), mask))
             return policy["loss"] + config.value_coef * value_loss
