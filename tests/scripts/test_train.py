@@ -26,6 +26,9 @@ BRIEF = {"steps": 400, "eval_every": 200, "log_every": 100, "num_agents": 2,
          "jit_update": False, "jit_step": False, "actors": 0}
 # (`actors: 0`: `cartpole_impala` trains in this process here; its actors on Ray are
 # trained by tests/distributed/test_on_ray.py, beside the test cluster.)
+# Per algorithm, besides BRIEF: appo's minibatches are rows of a batch, and the brief run's
+# 2 agents make batches of 2 rows (a config's larger `batch_size` is a config error).
+BRIEF_BY_ALGORITHM = {"appo": {"batch_size": "null"}}
 # Keys that some algorithm reads: one that the config's algorithm does not read must keep
 # its default (`build.algorithm_class`), so `_sets` leaves it out.
 _ALGORITHM_KEYS = frozenset().union(
@@ -34,8 +37,11 @@ _ALGORITHM_KEYS = frozenset().union(
 
 def _sets(name, values):
     """`--set` flags of `values` (key -> value) for config `name`, without the keys of
-    other algorithms than its own."""
-    read = build.algorithm_class(configs.load(name)).config_keys
+    other algorithms than its own; with `BRIEF`, also those of `BRIEF_BY_ALGORITHM`."""
+    config = configs.load(name)
+    read = build.algorithm_class(config).config_keys
+    if values is BRIEF:
+        values = {**values, **BRIEF_BY_ALGORITHM.get(config.algorithm, {})}
     return [flag for key, value in values.items()
             if key not in _ALGORITHM_KEYS or key in read
             for flag in ("--set", f"{key}={value}")]
