@@ -268,13 +268,9 @@ def section(figures):
 
 def write_section(path, text):
     """Replaces the marked section of `path` with `text`, or appends it."""
-    content = path.read_text() if path.exists() else ""
-    if BEGIN in content and END in content:
-        head, rest = content.split(BEGIN, 1)
-        content = head + text.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        content = content.rstrip("\n") + ("\n\n" if content else "") + text
-    path.write_text(content)
+    from benchmarks import ray_scaling
+
+    ray_scaling.replace_marked(path, text, BEGIN, END)
 
 
 def main(argv=None):

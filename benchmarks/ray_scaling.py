@@ -392,7 +392,12 @@ def scaling_section(figures):
 def write_section(path, section, name):
     """Replaces the section `name` of `path` (its markers included) with `section`, or
     appends it."""
-    begin, end = SECTIONS[name]
+    replace_marked(path, section, *SECTIONS[name])
+
+
+def replace_marked(path, section, begin, end):
+    """Replaces the part of `path` from marker `begin` to marker `end` (both included) with
+    `section` (which holds them), or appends `section`."""
     text = path.read_text() if path.exists() else ""
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
