@@ -459,8 +459,9 @@ class OnPolicyAlgorithm(Algorithm):
             "value": advantage_lib.masked(self._value(observ), mask),
         }
         if self._rollout_length:
-            batch.update(next_value=advantage_lib.masked(
-                self._value(self._observ_storage.decode("next_observ", episodes)), mask),
+            batch.update(next_value=advantage_lib.masked(self._next_value(
+                batch["value"], self._observ_storage.decode("next_observ", episodes),
+                episodes["done"], length), mask),
                 done=episodes["done"], terminated=episodes["terminated"])
         else:
             not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
@@ -476,6 +477,22 @@ class OnPolicyAlgorithm(Algorithm):
         """The value network's estimate of the return, float32 `[batch, time]` for
         observations `[batch, time, *observation_shape]`."""
         return self._networks.value(observ)
+
+    def _next_value(self, value, next_observ, done, length):
+        """V(s_{t+1}) of rows of consecutive steps (`rollout_length`), float32
+        `[rows, time]`: `value` (V(s_t) `[rows, time]`) one step on where the row's episode
+        goes on (the observation after a step is the next step's), and the value network
+        on `next_observ` (`[rows, time, *observation_shape]`) only at the steps where it
+        does not (`done` bool `[rows, time]`: the final observation; the last of a row's
+        `length` int32 `[rows]` steps). For images this halves the value network's passes.
+        Beyond a row's length, the value is undefined (mask it)."""
+        time = tf.shape(value)[1]
+        last = tf.one_hot(length - 1, time, on_value=True, off_value=False, dtype=tf.bool)
+        valid = tf.sequence_mask(length, time)
+        ends = tf.where(tf.logical_and(tf.logical_or(done, last), valid))
+        end_value = self._value(tf.gather_nd(next_observ, ends)[None])[0]
+        following = tf.concat([value[:, 1:], tf.zeros_like(value[:, :1])], 1)
+        return tf.tensor_scatter_nd_update(following, ends, end_value)
 
     def _build_optimizers(self, policy_optimizer, value_optimizer):
         """Keeps the optimizers of the policy's and of the value network's trainable

@@ -109,6 +109,26 @@ def test_one_actor_without_lag_learns_as_impala_in_one_process():
     assert changed, "the updates changed the policy"
 
 
+def test_the_learner_bootstraps_with_the_value_of_the_observation_after_each_step(
+        monkeypatch):
+    """The learner's batch holds, for each step of a fragment, V of the observation after
+    it (the final one where the step ended an episode, the one after the row's cut at its
+    end), as the value network gives it on the recorded `next_observ` here, not V of the
+    next step's observation (a new episode's first)."""
+    config = _config()
+    learner = _algorithm(config)
+    recorder, _, _ = _recorder(config)
+    fragment = expand(recorder.collect())
+    inner_done = fragment["done"][:, :-1]
+    assert inner_done.any(), "an episode ends inside the fragment"
+    monkeypatch.setattr(learner, "update", lambda batch: batch)
+    batch = learner._fragment_update(fragment)
+    want = learner.networks.value(fragment["next_observ"].astype(np.float32)).numpy()
+    np.testing.assert_allclose(batch["next_value"].numpy(), want, rtol=1e-5, atol=1e-6)
+    value = batch["value"].numpy()
+    assert np.all(np.abs(want[:, :-1] - value[:, 1:])[inner_done] > 1e-4)
+
+
 def test_the_learner_normalizes_with_its_statistics_then_updates_them():
     config = _config(normalize_observ=True, normalize_reward=True)
     learner = _algorithm(config)
