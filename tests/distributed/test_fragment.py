@@ -165,3 +165,40 @@ def test_a_fragment_travels_with_each_observation_once():
     for key in ("observ", "next_observ"):
         np.testing.assert_array_equal(back[key][valid], recorded[key][valid])
     np.testing.assert_array_equal(back["reward"], recorded["reward"])
+
+
+@pytest.mark.parametrize("name", ["image_and_cue", "reach_and_choose"])
+def test_nested_observations_and_actions_travel_in_fragments_and_train_appo(
+        name, monkeypatch):
+    """An actor of the Dict-observation task (an image and a cue, a layer list per entry)
+    and of the Dict-action one (a Box and a Discrete leaf) records fragments whose
+    observations and actions are the flattened entries `InGraphBatchEnv` gives, and
+    `appo`'s learner, built as `train` builds it, learns from them; `close` stops the
+    actor's environments."""
+    from batchrl import build, environments
+    from batchrl.distributed.actor import FragmentActor
+
+    # PPO's keys of the configs that appo does not read back to their defaults.
+    config = configs.load(name, {
+        "algorithm": "appo", "rollout_length": 5, "actors": 1, "envs_per_actor": 3,
+        "num_agents": 1, "batch_size": None, "chunk_length": None,
+        "value_lr": configs.load("default").value_lr})
+    build.check(config)
+    actor = FragmentActor(config, 0)
+    described = actor.build()
+    fragment = expand(actor.collect(0, None)["fragment"])
+    assert fragment["observ"].shape == (3, 5, *described["observ_shape"])
+    assert fragment["action"].shape == (3, 5, *described["action_shape"])
+    learner = build.build(configs.Config(config, actors=0),
+                          environments.create_batch(configs.Config(config, actors=0)))
+    before = [weight.copy() for weight in learner.algo.actor.get_weights()]
+    result = learner.algo.learn(fragment)
+    assert np.isfinite(float(result["loss"]))
+    assert any(not np.allclose(a, b) for a, b in zip(
+        before, learner.algo.actor.get_weights(), strict=True))
+    closed = []
+    close = actor._batch_env.close
+    monkeypatch.setattr(actor._batch_env, "close", lambda: closed.append(close()))
+    actor.close()
+    assert len(closed) == 1
+    learner.batch_env.close()
