@@ -8,6 +8,7 @@ package):
     .venv/bin/python -m benchmarks.faults                # random faults and what they cost
     .venv/bin/python -m benchmarks.ray_scaling           # the Ray backend; scaling out
     .venv/bin/python -m benchmarks.actor_scaling         # actors and a learner; scaling out
+    .venv/bin/python -m benchmarks.rllib_appo            # cartpole_impala beside RLlib's APPO
 
 Each program's `--help` and module docstring say what it measures and where it writes.
 """
