@@ -48,7 +48,7 @@ class APPO(IMPALA):
     policy-gradient term on normalized advantages (d r / d theta = d log pi / d theta at
     r = 1).
 
-    A recurrent policy is refused, as by IMPALA.
+    A recurrent policy is replayed step by step from its stored states, as by IMPALA.
 
     Args:
       batch_env, step, is_training, should_log: as for `IMPALA`.
@@ -95,13 +95,12 @@ class APPO(IMPALA):
           `kl_penalty`, adapted), and `mask` and `advantage` (`[rows, time]`, before the
           normalization) for the histograms.
         """
-        config, networks, distribution = self._config, self._networks, self._distribution
+        config, distribution = self._config, self._distribution
         mask, action = batch["mask"], batch["action"]
         batch = dict(batch, initial_state=tf.zeros([tf.shape(batch["reward"])[0], 0]))
         behaviour = parts.stored_policy(distribution, batch)
         old_log_prob = behaviour.log_prob(action)
-        log_ratio = (parts.current_policy(networks, distribution, batch).log_prob(action)
-                     - old_log_prob)
+        log_ratio = self._replayed(batch).log_prob(action) - old_log_prob
         target, advantage = vtrace(
             log_ratio, batch["reward"], batch["value"], batch["next_value"],
             batch["terminated"], batch["done"], batch["length"], discount=config.discount,
@@ -112,7 +111,8 @@ class APPO(IMPALA):
             "observ": batch["observ"], "action": action, "mask": mask, "target": target,
             "advantage": advantage_lib.normalize(advantage, mask),
             "old_log_prob": old_log_prob,
-            **{key: value for key, value in batch.items() if key.startswith("policy_")}}
+            **{key: value for key, value in batch.items()
+               if key.startswith("policy_") or key == "state"}}
         rows = tf.shape(mask)[0]
         size = config.batch_size
         if size is None:
@@ -152,8 +152,7 @@ class APPO(IMPALA):
             _, _, metrics = tf.while_loop(
                 lambda index, *_: index < total, body, (tf.constant(1), order, metrics))
         with tf.control_dependencies(tf.nest.flatten(metrics)):
-            new = parts.current_policy(networks, distribution, batch)
-            kl = masked_mean(behaviour.kl(new), mask)
+            kl = masked_mean(behaviour.kl(self._replayed(batch)), mask)
         result = {**metrics, "kl": kl, "mean_return": masked_mean(target, mask),
                   "mean_rho": masked_mean(tf.exp(log_ratio), mask),
                   "mask": mask, "advantage": advantage}
@@ -174,7 +173,7 @@ class APPO(IMPALA):
 
         def loss_fn():
             with self._reused():  # Shared layers run once for both losses.
-                new = parts.current_policy(networks, distribution, minibatch)
+                new = self._replayed(minibatch)
                 value = networks.value(minibatch["observ"])
             policy = losses.policy_loss(
                 new.log_prob(action), minibatch["old_log_prob"], minibatch["advantage"],

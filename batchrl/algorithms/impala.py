@@ -47,7 +47,10 @@ class IMPALA(OnPolicyAlgorithm):
     `impala_loss` over the variables of both networks. Acted by the policy being updated,
     the rollouts give ratios pi / mu of 1, so that the targets are the n-step returns to
     the row's end (lambda-returns with `gae_lambda` below 1): synchronous A2C with those
-    returns. A recurrent policy is refused (the rollouts are replayed from no state).
+    returns. A recurrent policy keeps each agent's state across rows (reset where an
+    episode begins) and is replayed step by step from the states stored with the steps
+    (`parts.stepwise_policy`: no gradient through time); a feed-forward one is replayed
+    row by row.
 
     Args:
       batch_env, step, is_training, should_log: as for `OnPolicyAlgorithm`.
@@ -56,10 +59,11 @@ class IMPALA(OnPolicyAlgorithm):
         `entropy_coef`, `lr_schedule` and `jit_update`.
 
     Raises:
-      ValueError: `rollout_length` is null, or the policy is recurrent.
+      ValueError: `rollout_length` is null.
     """
 
     name = "impala"
+    stored_state_rollouts = True
     config_keys = OnPolicyAlgorithm.config_keys | {
         "rollout_length", "policy_lr", "optimizer", "max_gradient_norm", "gae_lambda",
         "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update"}
@@ -126,7 +130,7 @@ class IMPALA(OnPolicyAlgorithm):
                                      mask),
                 "done": done, "terminated": fragment["terminated"],
                 **{key: value for key, value in fragment.items()
-                   if key.startswith("policy_")}}
+                   if key.startswith("policy_") or key == "state"}}
         return self.update(batch)
 
     def update(self, batch):
@@ -144,8 +148,7 @@ class IMPALA(OnPolicyAlgorithm):
         # Rows from anywhere (a learner's batches need not have one row per agent here).
         batch = dict(batch, initial_state=tf.zeros([tf.shape(batch["reward"])[0], 0]))
         behaviour = parts.stored_policy(distribution, batch)
-        log_ratio = (parts.current_policy(networks, distribution, batch).log_prob(action)
-                     - behaviour.log_prob(action))
+        log_ratio = self._replayed(batch).log_prob(action) - behaviour.log_prob(action)
         target, advantage = vtrace(
             log_ratio, batch["reward"], batch["value"], batch["next_value"],
             batch["terminated"], batch["done"], batch["length"], discount=config.discount,
@@ -156,7 +159,7 @@ class IMPALA(OnPolicyAlgorithm):
 
         def loss_fn():
             loss, parts_of_loss = impala_loss(
-                parts.current_policy(networks, distribution, batch),
+                self._replayed(batch),
                 networks.value(batch["observ"]), batch, value_coef=config.value_coef,
                 entropy_coef=config.entropy_coef)
             terms.update(parts_of_loss)
@@ -164,12 +167,20 @@ class IMPALA(OnPolicyAlgorithm):
 
         _, diagnostics = self._policy_optimizer.minimize(loss_fn, self._joint_variables())
         with tf.control_dependencies(list(diagnostics.values())):
-            new = parts.current_policy(networks, distribution, batch)
+            new = self._replayed(batch)
         return {**diagnostics, **terms,
                 "kl": masked_mean(behaviour.kl(new), mask),
                 "mean_return": masked_mean(target, mask),
                 "mean_rho": masked_mean(tf.exp(log_ratio), mask),
                 "mask": mask, "advantage": advantage}
+
+    def _replayed(self, batch):
+        """The current policy's distribution on the batch's rows (`initial_state` zeros);
+        for a recurrent policy, each step from its stored `state`
+        (`parts.stepwise_policy`)."""
+        if self._recurrent:
+            return parts.stepwise_policy(self._networks, self._distribution, batch)
+        return parts.current_policy(self._networks, self._distribution, batch)
 
     def _scale_learning_rates(self, scale):
         """The one optimizer's learning rate times `scale` (`lr_schedule`)."""

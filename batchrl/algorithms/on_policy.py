@@ -80,6 +80,10 @@ class OnPolicyAlgorithm(Algorithm):
     Attributes:
       histograms: tuple of str, the entries of `update`'s result that `_train` writes as
         histograms over the valid steps (the others but `mask` are scalars).
+      stored_state_rollouts: bool, the subclass learns a recurrent policy from rollouts
+        (`rollout_length`) by replaying each step from its stored `state`; otherwise a
+        recurrent policy with `rollout_length` is refused (rows that run across episode
+        ends cannot be replayed as sequences).
       config_keys: frozenset of str, the config keys the algorithm reads other than those
         of the run (`env`, `steps`, `seed`, `max_length`, ...) and the hidden layers
         (`policy_layers`, `value_layers`, `activation`), which the off-policy algorithms
@@ -91,6 +95,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     name = "on_policy"  # The name scope of the variables and of the summaries.
     histograms = ("advantage",)
+    stored_state_rollouts = False
     config_keys = frozenset({
         "update_every", "discount", "normalize_observ", "normalize_reward", "observ_clip",
         "reward_clip", "reward_normalizer", "network", "init_std", "init_mean_factor",
@@ -132,7 +137,7 @@ class OnPolicyAlgorithm(Algorithm):
         self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
         self._rollout_length = (config.rollout_length if "rollout_length" in self.config_keys
                                 else None)
-        if self._rollout_length and self._recurrent:
+        if self._rollout_length and self._recurrent and not self.stored_state_rollouts:
             raise ValueError("rollout_length needs a feed-forward policy; a recurrent one "
                              "trains on whole episodes (rollout_length: null)")
         sequence = self._rollout_length or config.max_length

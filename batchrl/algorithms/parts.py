@@ -17,6 +17,26 @@ def current_policy(networks, distribution, batch):
     return distribution(params)
 
 
+def stepwise_policy(networks, distribution, batch):
+    """The distribution of the policy as its variables are now, each step of the batch
+    replayed alone from the recurrent state it was acted on (`batch["state"]` float32
+    `[rows, time, state_size]`): rows may run across episode ends, where the state was
+    reset. The stored state of R2D2 (Kapturowski et al., ICLR 2019, section 3) without a
+    burn-in: no gradient flows from a step to the steps before it. Parameters
+    `[rows, time, ...]`."""
+    observ, state = batch["observ"], batch["state"]
+    leading = tf.shape(state)[:2]
+    params, _ = networks.policy(tf.reshape(observ, [-1, 1, *observ.shape[2:]]),
+                                tf.reshape(state, [-1, state.shape[-1]]))
+
+    def unflatten(value):  # [rows * time, 1, ...] -> [rows, time, ...]
+        unflattened = tf.reshape(value, tf.concat([leading, tf.shape(value)[2:]], 0))
+        unflattened.set_shape(state.shape[:2].concatenate(value.shape[2:]))
+        return unflattened
+
+    return distribution({key: unflatten(value) for key, value in params.items()})
+
+
 def stored_policy(distribution, batch, prefix="policy_"):
     """The distribution of the parameters stored in the batch under `prefix`: `policy_`,
     the policy that acted; `old_policy_`, the policy when the update began."""

@@ -81,8 +81,7 @@ class FragmentActor:
         `observ_dtype` (str).
 
         Raises:
-          whatever the environments' constructors raise, or ValueError for a recurrent
-          policy (`FragmentRecorder`).
+          whatever the environments' constructors raise.
         """
         if self._setup is not None:
             self._setup()

@@ -23,29 +23,27 @@ class FragmentRecorder:
     the step ended an episode), sent in `compact`'s form (`expand` gives them back);
     `action` `[B, T, *action_shape]`; `reward` float32
     `[B, T]`; `done` and `terminated` bool `[B, T]`; `policy_<param>` float32
-    `[B, T, ...]`, the parameters of the distribution the action was drawn from (mu); and
+    `[B, T, ...]`, the parameters of the distribution the action was drawn from (mu);
     `length` int32 `[B]`, the steps of each row (`T` unless an agent was left out of a
-    step, see `simulate`).
+    step, see `simulate`); and for a recurrent policy `state` float32
+    `[B, T, state_size]`, the state each step was acted on (each agent's state runs on
+    from fragment to fragment, zeroed where an episode begins).
 
     Args:
       batch_env: the actor's `InGraphBatchEnv`.
-      actor: an `OnPolicyActor` built for the batch's spaces (its policy feed-forward).
+      actor: an `OnPolicyActor` built for the batch's spaces.
       length: int >= 1, the steps per agent of a fragment (`rollout_length`).
-
-    Raises:
-      ValueError: a recurrent policy.
     """
 
     def __init__(self, batch_env, actor, length):
-        if int(actor.networks.policy.state_size):
-            raise ValueError("fragments need a feed-forward policy")
         self._batch_env = batch_env
         self._actor = actor
         self._length = int(length)
         agents = len(batch_env)
         observ = (tuple(batch_env.observ.shape[1:]), batch_env.observ.dtype)
+        self._state_size = int(actor.networks.policy.state_size)
         params, _ = actor.networks.policy(
-            tf.zeros((1, 1) + observ[0]), tf.zeros((1, 0)))
+            tf.zeros((1, 1) + observ[0]), tf.zeros((1, self._state_size)))
         self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
         template = {"observ": observ, "next_observ": observ,
                     "action": (tuple(batch_env.action.shape[1:]), batch_env.action.dtype),
@@ -53,10 +51,16 @@ class FragmentRecorder:
                     "terminated": ((), tf.bool)}
         for key, shape in self._param_shapes.items():
             template["policy_" + key] = (shape, tf.float32)
+        if self._state_size:
+            template["state"] = ((self._state_size,), tf.float32)
         self._memory = EpisodeMemory(template, agents, self._length, "fragment")
         self._last_params = {
             key: tf.Variable(tf.zeros((agents,) + shape), trainable=False, name="last_" + key)
             for key, shape in self._param_shapes.items()}
+        # Each agent's recurrent state, and the one its last action was taken in.
+        self._state, self._last_state = (
+            tf.Variable(tf.zeros((agents, self._state_size)), trainable=False, name=name)
+            for name in ("state", "last_state"))
         episode_state(batch_env)  # Its variables exist before the first trace.
         self._collect = tf.function(self._collect_steps, autograph=False)
 
@@ -66,9 +70,13 @@ class FragmentRecorder:
         return self._length
 
     def begin_episodes(self, agent_indices):
-        """Nothing to do: a row runs on across the start of an episode."""
-        del agent_indices
-        return tf.constant(True)
+        """Zeroes the recurrent state (if any) of the given agents (int32 `[n]`); their
+        rows run on across the start of the episode."""
+        if not self._state_size:
+            return tf.constant(True)
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        return self._state.scatter_nd_update(
+            rows, tf.zeros([tf.shape(rows)[0], self._state_size]))
 
     def perform(self, agent_indices, observ):
         """Actions sampled from the policy for the given agents (int32 `[n]`) in raw
@@ -78,11 +86,15 @@ class FragmentRecorder:
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
         agent_indices = tf.cast(agent_indices, tf.int32)
-        state = tf.zeros([tf.shape(agent_indices)[0], 0])
-        action, _, params = self._actor.step_policy(observ, state, True)
+        state = tf.gather(self._state, agent_indices)
+        action, new_state, params = self._actor.step_policy(observ, state, True)
         rows = agent_indices[:, None]
         stored = [self._last_params[key].scatter_nd_update(rows, params[key])
                   for key in self._param_shapes]
+        if self._state_size:
+            stored.append(self._last_state.scatter_nd_update(rows, state))
+            with tf.control_dependencies(stored):
+                stored.append(self._state.scatter_nd_update(rows, new_state))
         return after(stored, checked(action))
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
@@ -93,6 +105,8 @@ class FragmentRecorder:
                 "terminated": tf.gather(self._batch_env.terminated, agent_indices)}
         for key in self._param_shapes:
             step["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
+        if self._state_size:
+            step["state"] = tf.gather(self._last_state, agent_indices)
         return self._memory.append(step, agent_indices)
 
     def end_episodes(self, agent_indices):

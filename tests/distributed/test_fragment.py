@@ -7,24 +7,24 @@ import pytest
 import tensorflow as tf
 
 from batchrl import configs
-from batchrl.algorithms import IMPALA
+from batchrl.algorithms import APPO, IMPALA
 from batchrl.algorithms.actor import OnPolicyActor
 from batchrl.distributed.fragment import FragmentRecorder, compact, expand
 from batchrl.drivers.simulate import episode_state, simulate_steps
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
-from batchrl.networks import feed_forward_gaussian
+from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
 
 AGENTS, LENGTH, FRAGMENTS = 3, 6, 4
 
 
-def _config(**overrides):
+def _config(network=feed_forward_gaussian, **overrides):
     config = configs.load("default", {
         "algorithm": "impala", "policy_layers": [16], "value_layers": [16],
         "rollout_length": LENGTH, "discount": 0.9, "gae_lambda": 1.0, "policy_lr": 0.01,
         "normalize_observ": False, "normalize_reward": False, **overrides})
-    config.update(network=feed_forward_gaussian, max_length=50)
+    config.update(network=network, max_length=50)
     return config
 
 
@@ -37,9 +37,9 @@ def _batch_env():
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
 
 
-def _algorithm(config):
+def _algorithm(config, algorithm_class=IMPALA):
     tf.keras.utils.set_random_seed(0)  # The same initial weights in every call.
-    return IMPALA(_batch_env(), tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+    return algorithm_class(_batch_env(), tf.Variable(0, dtype=tf.int64), tf.Variable(True),
                   tf.Variable(False), config)
 
 
@@ -80,11 +80,13 @@ def test_a_fragment_holds_the_steps_as_the_agents_took_them():
     assert np.abs(first["action"] - first["policy_mean"]).max() > 0, "actions are sampled"
 
 
-def test_one_actor_without_lag_learns_as_impala_in_one_process():
+@pytest.mark.parametrize("network", [feed_forward_gaussian, recurrent_gaussian])
+def test_one_actor_without_lag_learns_as_impala_in_one_process(network):
     """The learner builds its batch from fragments as the in-process `impala` builds it from
     its memory: with the learner's weights copied into the actor before every fragment
-    (policy lag 0), both end with the same weights, to float32 rounding."""
-    config = _config()
+    (policy lag 0), both end with the same weights, to float32 rounding; a recurrent
+    policy's states run on across fragments and rows on both sides."""
+    config = _config(network)
     in_process = _algorithm(config)
 
     @tf.function(autograph=False)
@@ -107,6 +109,42 @@ def test_one_actor_without_lag_learns_as_impala_in_one_process():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         changed |= not np.allclose(got, start)
     assert changed, "the updates changed the policy"
+
+
+@pytest.mark.parametrize("learner_class", [IMPALA, APPO])
+def test_a_recurrent_policys_states_run_on_across_fragments_and_reset_at_episodes(
+        learner_class):
+    """Each step's stored state is the one its action was taken in: zero at an episode's
+    first step (the first step of all included), else the GRU's state after the step
+    before, across the fragments' boundaries; the stored parameters are the policy's from
+    that state. Replayed step by step from those states (`stepwise_policy`), the learner's
+    policy with the actor's weights gives the behaviour policy's probabilities: the
+    importance weights pi / mu at the update's start are 1."""
+    config = _config(recurrent_gaussian)
+    recorder, actor, _ = _recorder(config)
+    fragments = [recorder.record() for _ in range(2)]
+    joined = {key: np.concatenate([fragment[key] for fragment in fragments], axis=1)
+              for key in ("observ", "state", "done", "policy_mean")}
+    size = actor.networks.policy.state_size
+    assert joined["state"].shape == (AGENTS, 2 * LENGTH, size)
+    assert joined["done"][:, :-1].any()
+    policy = actor.networks.policy
+    for row in range(AGENTS):
+        for t in range(2 * LENGTH):
+            state = joined["state"][row, t]
+            if t == 0 or joined["done"][row, t - 1]:
+                np.testing.assert_array_equal(state, np.zeros(size))
+            else:
+                _, after = policy(joined["observ"][row, t - 1][None, None],
+                                  joined["state"][row, t - 1][None])
+                np.testing.assert_allclose(state, after.numpy()[0], rtol=1e-5, atol=1e-6)
+            params, _ = policy(joined["observ"][row, t][None, None], state[None])
+            np.testing.assert_allclose(joined["policy_mean"][row, t],
+                                       params["mean"].numpy()[0, 0], rtol=1e-5, atol=1e-6)
+    learner = _algorithm(config, learner_class)
+    actor.set_weights(learner.actor.get_weights())
+    result = learner.learn(expand(recorder.collect()))
+    assert float(result["mean_rho"]) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_the_learner_bootstraps_with_the_value_of_the_observation_after_each_step(
