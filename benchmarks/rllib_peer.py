@@ -52,7 +52,8 @@ def main(argv=None):
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+             log_to_driver=False)  # A Ray of its own, not a running one.
     config = (APPOConfig()
               .environment("CartPole-v1")
               .env_runners(num_env_runners=args.env_runners)
