@@ -54,7 +54,7 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
                       "minatar_breakout": 28.0, "minatar_space_invaders": 131.0,
                       "minatar_breakout_native": 28.0, "minatar_breakout_dqn": 28.0,
                       "masked_choice": 14.0, "image_and_cue": 18.0, "pong": 0.0,
-                      "pendulum_appo": -200.0, "cartpole_impala": 500.0}
+                      "pendulum_appo": -200.0, "cartpole_impala": 500.0, "pong_appo": 18.0}
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issues "Learn fast" and "From the command to the
 # answer"; published tuned PPO results at 1M steps: Stable-Baselines3 rl-zoo), shown beside
@@ -97,6 +97,9 @@ TARGETS = {
     "minatar_space_invaders": dict(max_steps=5_000_000),
     # Pong: an eval return >= 0 within 1.5 hours of training on this machine.
     "pong": dict(median_seconds=5400),
+    # Issue 44: pong_appo >= 18 within 1.5 hours here (RLlib's release test: 18 within 5M
+    # steps and 30 minutes, on 32 CPUs and a GPU).
+    "pong_appo": dict(median_seconds=5400),
     "masked_choice": dict(max_steps=60_000),
     "image_and_cue": dict(max_steps=100_000),
 }
