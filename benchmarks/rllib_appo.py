@@ -8,10 +8,11 @@ one command on this machine (docs/distributed.md, "Against RLlib's APPO").
    `pip install torch==2.13.0 ray[rllib]==2.60.0` (torch 2.13's CPU build, which this
    machine kind keeps on disk for pip; elsewhere pip downloads it).
 2. RLlib: `benchmarks.rllib_peer` in that environment (RLlib's tuned CartPole-v1 settings,
-   `--env-runners` env runners, see its docstring) for `--seconds` seconds of training:
-   its sampled env steps/s (env steps over the training seconds, start-up left out), its
-   last and best `episode_return_mean` (the sampling policy's), and the training seconds
-   to a first return >= 450 (its tuned example's stop criterion), if reached.
+   `--env-runners` env runners and a learner, see its docstring) for `--seconds` seconds
+   of training: its sampled env steps/s (env steps over the training seconds, start-up
+   left out), its last and best `episode_return_mean` (the sampling policy's), and the
+   training seconds to a first return >= 450 (its tuned example's stop criterion), if
+   reached.
 3. batchrl: `batchrl-train --config=cartpole_impala` (one Ray actor and the learner) for
    each of `--seeds`, in LOGDIR/cartpole_impala/seed-N (`batchrl.scripts.benchmark`'s
    layout), summarized as `batchrl-benchmark` summarizes runs: train steps/s with the
@@ -133,22 +134,23 @@ def section(figures):
         f"{figures['cpu_count']}-core machine (load average "
         f"{figures['load_average'][0]:.1f} → {figures['load_average'][-1]:.1f}), one after "
         f"the other in that command: RLlib's APPO (Ray 2.60, torch, its tuned CartPole-v1 "
-        f"settings, {figures['env_runners']} env runners, the learner in the driver) for "
+        f"settings, {figures['env_runners']} env runners, a learner actor) for "
         f"{peer['iterations'][-1]['seconds']:.0f} s of training, and `cartpole_impala` "
-        f"(one Ray actor of 16 environments and the learner) for each seed.", "",
+        f"(one Ray actor of 16 environments and the learner) for each seed. RLlib took "
+        f"{peer['built']:.1f} s to build its algorithm before training.", "",
         "| | env steps/s (train, updates included) | return | training s to the "
-        "threshold | start-up s |",
-        "|---|---:|---|---:|---:|",
+        "threshold |",
+        "|---|---:|---|---:|",
         f"| RLlib APPO | {_number(peer['steps_per_second'])} (sampled) | training return "
         f"{_number(peer['final_return'], 1)} at the end, best {_number(peer['best_return'], 1)} "
         f"| {_number(peer['seconds_to_threshold'], 1)} (training return ≥ "
-        f"{PEER_THRESHOLD:.0f}) | {peer['built']:.1f} |"]
+        f"{PEER_THRESHOLD:.0f}) |"]
     for row in rows:
         lines.append(
             f"| batchrl `{CONFIG}`, seed {row['seed']} | {_number(row['steps_per_second'])} "
             f"| eval {_number(row['final_return'], 1)} at {row['final_step']:,} steps, best "
             f"{_number(row['best_return'], 1)} | {_number(row['seconds_to_threshold'], 1)} "
-            f"(eval {THRESHOLD:.0f}) | |")
+            f"(eval {THRESHOLD:.0f}) |")
     lines += [
         "",
         f"batchrl's median train steps/s is **{speed / peer['steps_per_second']:.1f}×** "
@@ -183,8 +185,9 @@ def main(argv=None):
 
         if not args.report_only:
             JSON.write_text(json.dumps(figures, indent=2) + "\n")
+            print(f"Wrote {JSON}.")
         ray_scaling.replace_marked(PAGE, text, BEGIN, END)
-        print(f"Wrote {JSON} and the section of {PAGE}.")
+        print(f"Wrote the section of {PAGE}.")
     return 0
 
 

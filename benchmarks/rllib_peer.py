@@ -7,8 +7,8 @@ batchrl's `cartpole_impala` beside. Run with the Python of a separate environmen
 Settings: those of RLlib's tuned example for APPO on CartPole-v1
 (`rllib/tuned_examples/appo/cartpole_appo.py` in Ray 2.60: the circular buffer's 2
 iterations per batch, `vf_loss_coeff` 0.05, `entropy_coeff` 0, the value function sharing
-the policy's layers; the rest RLlib's defaults), `--env-runners` env runners (one CPU each)
-and the learner in the driver, on a local Ray of this machine's CPUs.
+the policy's layers; the rest RLlib's defaults), `--env-runners` env runners and RLlib's
+learner actor, one logical CPU each, on a local Ray of this machine's cores.
 
 Prints one JSON object per line: `{"built": s}` (seconds from the start of this program
 to a built algorithm: Ray's start, the env runners, the learner), then after each
@@ -52,8 +52,11 @@ def main(argv=None):
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-             log_to_driver=False)  # A Ray of its own, not a running one.
+    # A Ray of its own (not one running here), with a logical CPU for each env runner and
+    # one for the learner, which RLlib's APPO starts as a Ray actor of its own even with
+    # `num_learners` 0 (with only the cores' 2 CPUs, it waits for one forever).
+    ray.init(address="local", num_cpus=max(os.cpu_count(), args.env_runners + 1),
+             include_dashboard=False, log_to_driver=False)
     config = (APPOConfig()
               .environment("CartPole-v1")
               .env_runners(num_env_runners=args.env_runners)
