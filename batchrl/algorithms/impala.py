@@ -119,14 +119,14 @@ class IMPALA(OnPolicyAlgorithm):
                 statistics.append(self._observ_filter.update(
                     tf.boolean_mask(fragment["observ"], valid)))
         with tf.control_dependencies(statistics):
-            value = masked(self._value(observ), mask)
+            values = masked(self._value(observ), mask)
             done = tf.convert_to_tensor(fragment["done"], tf.bool)
             batch = {
                 "observ": observ, "action": fragment["action"], "mask": mask,
                 "length": length,
                 "reward": masked(self._reward_filter.transform(reward), mask),
-                "value": value,
-                "next_value": masked(self._next_value(value, next_observ, done, length),
+                "value": values,
+                "next_value": masked(self._next_value(values, next_observ, done, length),
                                      mask),
                 "done": done, "terminated": fragment["terminated"],
                 **{key: value for key, value in fragment.items()
