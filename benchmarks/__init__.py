@@ -34,3 +34,17 @@ def child_environment(**variables):
     env = dict(os.environ, **variables)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+def replace_marked(path, section, begin, end):
+    """Replaces the part of the file `path` from marker `begin` to marker `end` (both
+    included) with `section` (which holds them), or appends `section`: how the measuring
+    programs rewrite their section of a docs page and leave the rest as it is."""
+    path = pathlib.Path(path)
+    text = path.read_text() if path.exists() else ""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section.rstrip("\n") + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section
+    path.write_text(text)

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from benchmarks import ROOT, child_environment
+from benchmarks import ROOT, child_environment, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -268,9 +268,7 @@ def section(figures):
 
 def write_section(path, text):
     """Replaces the marked section of `path` with `text`, or appends it."""
-    from benchmarks import ray_scaling
-
-    ray_scaling.replace_marked(path, text, BEGIN, END)
+    replace_marked(path, text, BEGIN, END)
 
 
 def main(argv=None):

@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 
-from benchmarks import ROOT, child_environment
+from benchmarks import ROOT, child_environment, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -393,18 +393,6 @@ def write_section(path, section, name):
     """Replaces the section `name` of `path` (its markers included) with `section`, or
     appends it."""
     replace_marked(path, section, *SECTIONS[name])
-
-
-def replace_marked(path, section, begin, end):
-    """Replaces the part of `path` from marker `begin` to marker `end` (both included) with
-    `section` (which holds them), or appends `section`."""
-    text = path.read_text() if path.exists() else ""
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + section.rstrip("\n") + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section
-    path.write_text(text)
 
 
 def read_section(path, name="performance"):

@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks import ROOT, child_environment
+from benchmarks import ROOT, child_environment, replace_marked
 
 JSON = ROOT / "docs" / "rllib_benchmark.json"
 PAGE = ROOT / "docs" / "distributed.md"
@@ -181,12 +181,10 @@ def main(argv=None):
     text = section(figures)
     print(text)
     if args.write:
-        from benchmarks import ray_scaling
-
         if not args.report_only:
             JSON.write_text(json.dumps(figures, indent=2) + "\n")
             print(f"Wrote {JSON}.")
-        ray_scaling.replace_marked(PAGE, text, BEGIN, END)
+        replace_marked(PAGE, text, BEGIN, END)
         print(f"Wrote the section of {PAGE}.")
     return 0
 

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import child_environment
+from benchmarks import child_environment, replace_marked
 
 STEPS = {"pendulum": 40_000, "pendulum_native": 80_000, "cheetah": 50_000}
 CATEGORIES = ("start-up", "tracing", "stepping", "acting and recording", "updates",
@@ -248,14 +248,7 @@ def read_section(path):
 
 def write_section(path, section):
     """Replaces the marked section of `path` with `section` (appends it if missing)."""
-    path = pathlib.Path(path)
-    text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section
-    path.write_text(text)
+    replace_marked(path, section, BEGIN, END)
 
 
 def _commit():

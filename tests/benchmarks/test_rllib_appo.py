@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from benchmarks import ray_scaling, rllib_appo, rllib_peer
+from benchmarks import replace_marked, rllib_appo, rllib_peer
 
 # A stand-in for the peer's Python: prints what `benchmarks.rllib_peer` prints, whatever
 # it is asked (a build in 12 s; 1,000 env steps/s; the return reaching 450 at 20 s).
@@ -48,7 +48,7 @@ def test_the_section_gives_the_median_ratio_and_seconds(tmp_path):
     path = tmp_path / "distributed.md"
     path.write_text("# Actors\n")
     for _ in range(2):
-        ray_scaling.replace_marked(path, text, rllib_appo.BEGIN, rllib_appo.END)
+        replace_marked(path, text, rllib_appo.BEGIN, rllib_appo.END)
     assert path.read_text().count(rllib_appo.BEGIN) == 1
 
 
