@@ -5,10 +5,11 @@ batchrl's `cartpole_impala` beside. Run with the Python of a separate environmen
     PEER_PYTHON -m benchmarks.rllib_peer --seconds 300 --env-runners 2 --seed 0
 
 Settings: those of RLlib's tuned example for APPO on CartPole-v1
-(`rllib/tuned_examples/appo/cartpole_appo.py` in Ray 2.60: the circular buffer's 2
-iterations per batch, `vf_loss_coeff` 0.05, `entropy_coeff` 0, the value function sharing
-the policy's layers; the rest RLlib's defaults), `--env-runners` env runners and RLlib's
-learner actor, one logical CPU each, on a local Ray of this machine's cores.
+(`rllib/tuned_examples/appo/cartpole_appo.py` in Ray's repository, not in its wheel: the
+circular buffer's 2 iterations per batch, `vf_loss_coeff` 0.05, `entropy_coeff` 0, the
+value function sharing the policy's layers; the rest RLlib's defaults), `--env-runners`
+env runners and RLlib's learner actor, one logical CPU each, on a local Ray of this
+machine's cores.
 
 Prints one JSON object per line: `{"built": s}` (seconds from the start of this program
 to a built algorithm: Ray's start, the env runners, the learner), then after each
