@@ -111,15 +111,11 @@ def test_one_actor_without_lag_learns_as_impala_in_one_process(network):
     assert changed, "the updates changed the policy"
 
 
-@pytest.mark.parametrize("learner_class", [IMPALA, APPO])
-def test_a_recurrent_policys_states_run_on_across_fragments_and_reset_at_episodes(
-        learner_class):
+def test_a_recurrent_policys_states_run_on_across_fragments_and_reset_at_episodes():
     """Each step's stored state is the one its action was taken in: zero at an episode's
     first step (the first step of all included), else the GRU's state after the step
     before, across the fragments' boundaries; the stored parameters are the policy's from
-    that state. Replayed step by step from those states (`stepwise_policy`), the learner's
-    policy with the actor's weights gives the behaviour policy's probabilities: the
-    importance weights pi / mu at the update's start are 1."""
+    that state."""
     config = _config(recurrent_gaussian)
     recorder, actor, _ = _recorder(config)
     fragments = [recorder.record() for _ in range(2)]
@@ -141,6 +137,17 @@ def test_a_recurrent_policys_states_run_on_across_fragments_and_reset_at_episode
             params, _ = policy(joined["observ"][row, t][None, None], state[None])
             np.testing.assert_allclose(joined["policy_mean"][row, t],
                                        params["mean"].numpy()[0, 0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("learner_class", [IMPALA, APPO])
+def test_a_recurrent_policy_replayed_from_its_stored_states_acts_as_it_acted(
+        learner_class):
+    """Replayed step by step from the stored states (`stepwise_policy`), the learner's
+    policy with the actor's weights gives the behaviour policy's probabilities: the
+    importance weights pi / mu at the update's start are 1."""
+    config = _config(recurrent_gaussian)
+    recorder, actor, _ = _recorder(config)
+    recorder.record()  # The next fragment starts from states carried over.
     learner = _algorithm(config, learner_class)
     actor.set_weights(learner.actor.get_weights())
     result = learner.learn(expand(recorder.collect()))
