@@ -157,6 +157,16 @@ class ReplayMemory(tf.Module):
             self.generator = self._sampler.generator
 
     @property
+    def observ_spec(self):
+        """`(shape tuple, tf.DType)` of one stored observation."""
+        return self._observ_spec
+
+    @property
+    def action_spec(self):
+        """`(shape tuple, tf.DType)` of one stored action."""
+        return self._action_spec
+
+    @property
     def capacity(self):
         """int, the number of transitions the memory holds."""
         return self._capacity
@@ -239,14 +249,18 @@ class ReplayMemory(tf.Module):
         """
         return self._accumulator.flush(agent_indices, self._write)
 
-    def insert(self, transitions):
-        """Writes ready transitions as they are (e.g. external one-step transitions).
+    def insert(self, transitions, td_error=None):
+        """Writes ready transitions as they are (e.g. external one-step transitions, or the
+        n-step transitions an Ape-X actor made).
 
         Args:
           transitions: dict with `observ` and `nextob` `[n, *observ shape]`, `action`
             `[n, *action shape]` (cast to the stored dtypes), `reward` and `discount` float32
             `[n]` (`discount` multiplies the value of `nextob`: 0 at a termination). Other
             keys are ignored.
+          td_error: None, or float32 `[n]`: with prioritized replay, the transitions' first
+            priorities are `(|td_error| + epsilon)^alpha` (`PrioritizedSampler.added`)
+            instead of the largest priority so far; ignored when sampling is uniform.
 
         Returns:
           int32 scalar, the number of transitions inserted (n), after they are stored.
@@ -258,14 +272,15 @@ class ReplayMemory(tf.Module):
         if missing:
             raise ValueError(f"ReplayMemory.insert: missing key(s) {missing}")
         return self._write(cast_fields({key: transitions[key] for key in FIELDS},
-                                       self._ring.specs))
+                                       self._ring.specs), td_error=td_error)
 
-    def _write(self, transitions, emit=None):
+    def _write(self, transitions, emit=None, td_error=None):
         """The memory's writer (`batchrl.memories.n_step`): stores the candidates with `emit`
         (bool `[m]`, all when None) in the next rows, in order, with the sampler's priority
-        for new rows; returns int32 `count`, after."""
+        for new rows (from `td_error` float32 `[m]` when given); returns int32 `count`,
+        after."""
         count, rows, keep = self._ring.write(transitions, emit)
-        with tf.control_dependencies([count] + self._sampler.added(rows, keep)):
+        with tf.control_dependencies([count] + self._sampler.added(rows, keep, td_error)):
             return tf.identity(count)
 
     def sample(self, batch_size, beta=None):

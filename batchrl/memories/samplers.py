@@ -32,10 +32,10 @@ class UniformSampler:
         index = self.generator.uniform([batch_size], 0, size, dtype=tf.int32)
         return index, tf.ones([batch_size], tf.float32)
 
-    def added(self, rows, keep):
+    def added(self, rows, keep, td_error=None):
         """Nothing to note of rows just written (see `PrioritizedSampler.added`); returns
         an empty list of operations."""
-        del rows, keep
+        del rows, keep, td_error
         return []
 
     def update(self, index, td_error):
@@ -91,20 +91,36 @@ class PrioritizedSampler:
         weight = (tf.cast(size, tf.float32) * probability) ** -tf.cast(beta, tf.float32)
         return index, weight / tf.reduce_max(weight)
 
-    def added(self, rows, keep):
-        """Gives rows just written the largest priority so far (those not kept 0).
+    def added(self, rows, keep, td_error=None):
+        """Gives rows just written their first priority: the largest priority so far, or,
+        given their TD errors (computed where the transitions were made, as Ape-X's actors
+        do: Horgan et al. 2018, arXiv:1803.00933, sec. 3), `(|td_error| + epsilon)^alpha`,
+        which also raises the running largest priority. Rows not kept get 0.
 
         Args:
           rows: int32 `[m]`, the rows written (`TransitionStorage.write`).
           keep: bool `[m]`, the candidates kept, or None when all were.
+          td_error: None, or float32 `[m]`, the candidates' TD errors.
 
         Returns:
           A list of the operations to wait for.
         """
-        priority = tf.fill(tf.shape(rows), self.max_priority.value())
+        if td_error is None:
+            priority = tf.fill(tf.shape(rows), self.max_priority.value())
+        else:
+            priority = self._priority(td_error)
         if keep is not None:
             priority = tf.where(keep, priority, 0.0)
-        return [self.priorities.set(rows, priority)]
+        updates = [] if td_error is None else [self.max_priority.assign(
+            tf.maximum(self.max_priority, tf.reduce_max(priority)))]
+        with tf.control_dependencies(updates):
+            return [self.priorities.set(rows, priority)]
+
+    def _priority(self, td_error):
+        """`(|td_error| + epsilon)^alpha` (sec. 3.3, proportional variant), float32."""
+        settings = self._settings
+        return (tf.abs(tf.cast(td_error, tf.float32)) + settings["epsilon"]) ** \
+            settings["alpha"]
 
     def update(self, index, td_error):
         """Sets the priorities of sampled rows, `p = (|td_error| + epsilon)^alpha` (sec. 3.3,
@@ -117,9 +133,7 @@ class PrioritizedSampler:
         Returns:
           float32 scalar, the new total priority, after the update.
         """
-        settings = self._settings
-        priority = (tf.abs(tf.cast(td_error, tf.float32)) + settings["epsilon"]) ** \
-            settings["alpha"]
+        priority = self._priority(td_error)
         total = self.priorities.set(index, priority)
         update = self.max_priority.assign(
             tf.maximum(self.max_priority, tf.reduce_max(priority)))
