@@ -154,15 +154,25 @@ class DQN(off_policy.OffPolicyAlgorithm):
         return {"policy": self._q, "target_policy": self._target_q,
                 "policy_optimizer": self._optimizer}
 
+    # Acting reads the Q network; the TD error also its target.
+    priority_trackables = ("policy", "target_policy")
+
+    def _q_values(self, batch):
+        return tf.gather(self._q(batch["observ"]), tf.cast(batch["action"], tf.int32),
+                         batch_dims=1)
+
+    def _bootstrap_target(self, batch):
+        nextob = batch["nextob"]
+        return tf.stop_gradient(double_q_target(
+            batch["reward"], batch["discount"], self._acting.masked_q(nextob),
+            self._acting.masked_q(nextob, self._target_q(nextob)),
+            bool(self._config.double_q)))
+
     def _update_step(self, batch):
         config = self._config
-        nextob = batch["nextob"]
-        target = tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], self._acting.masked_q(nextob),
-            self._acting.masked_q(nextob, self._target_q(nextob)), bool(config.double_q)))
-        action = tf.cast(batch["action"], tf.int32)
+        target = self._bootstrap_target(batch)
         with tf.GradientTape() as tape:
-            q = tf.gather(self._q(batch["observ"]), action, batch_dims=1)
+            q = self._q_values(batch)
             td_error = q - target
             error = tf.abs(td_error)
             huber = tf.where(error < 1.0, 0.5 * tf.square(td_error), error - 0.5)

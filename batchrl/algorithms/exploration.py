@@ -7,6 +7,13 @@ A spec is a mapping with a `type` and that type's keys (config key `exploration`
   uniformly random action with probability epsilon, which falls linearly from `initial` to
   `final` over the first `steps` environment steps and stays there (Mnih et al. 2015,
   "Human-level control through deep reinforcement learning", Methods);
+- `{type: apex_epsilon, epsilon: 0.4, alpha: 7, first: 0, explorers: 0}` (discrete actions):
+  epsilon-greedy with a fixed epsilon of its own for each agent, agent i of N explorers
+  taking `epsilon^(1 + alpha i / (N - 1))` (`epsilon` alone when N = 1): Ape-X's actors'
+  (Horgan et al. 2018, arXiv:1803.00933, sec. 4.1), from 0.4 down to 0.4^8 = 0.00066. `first`
+  is the index of this batch's first agent and `explorers` N (0: the batch's agents); an
+  actor-learner run sets both for each actor, so that the agents of all actors together
+  span the range;
 - `{type: gaussian, std: 0.1}` (`Box` actions in [-1, 1]): independent normal noise of
   standard deviation `std` added to each action element, then clipped to [-1, 1]
   (Fujimoto et al. 2018, arXiv:1802.09477, section 6.1);
@@ -25,16 +32,19 @@ state), clipped to [-1, 1]; with `{type: none}` their `sample` is their determin
 (`batchrl.export.export_policy`).
 """
 
+import numpy as np
 import tensorflow as tf
 
 # Each type's keys and their defaults.
 TYPES = {
     "none": {},
     "epsilon_decay": {"initial": 1.0, "final": 0.05, "steps": 10000},
+    "apex_epsilon": {"epsilon": 0.4, "alpha": 7.0, "first": 0, "explorers": 0},
     "gaussian": {"std": 0.1},
     "ornstein_uhlenbeck": {"theta": 0.15, "std": 0.2, "dt": 0.01},
 }
-_DISCRETE = ("none", "epsilon_decay")
+_DISCRETE = ("none", "epsilon_decay", "apex_epsilon")
+_INTEGERS = ("steps", "first", "explorers")
 _CONTINUOUS = ("none", "gaussian", "ornstein_uhlenbeck")
 
 
@@ -70,12 +80,28 @@ def parse(spec, discrete):
         value = spec.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise ValueError(f"exploration {kind}: {key} must be a number >= 0, got {value!r}")
-        result[key] = int(value) if key == "steps" else float(value)
+        if key in _INTEGERS and value != int(value):
+            raise ValueError(f"exploration {kind}: {key} must be an integer, got {value!r}")
+        result[key] = int(value) if key in _INTEGERS else float(value)
     if kind == "epsilon_decay" and (result["steps"] < 1 or max(
             result["initial"], result["final"]) > 1):
         raise ValueError(f"exploration epsilon_decay: needs steps >= 1 and initial, final "
                          f"in [0, 1]; got {result}")
+    if kind == "apex_epsilon" and result["epsilon"] > 1:
+        raise ValueError(f"exploration apex_epsilon: epsilon must be in [0, 1], got "
+                         f"{result['epsilon']}")
     return result
+
+
+def apex_epsilons(spec, num_agents):
+    """The epsilon of each of `num_agents` agents under an `apex_epsilon` spec: float32
+    NumPy `[num_agents]`, agent i (index `first + i` of N = `explorers`, or of
+    `num_agents` when that is 0) taking `epsilon^(1 + alpha (first + i) / (N - 1))`, or
+    `epsilon` when N = 1 (Horgan et al. 2018, sec. 4.1)."""
+    count = spec["explorers"] or num_agents
+    index = spec["first"] + np.arange(num_agents)
+    exponent = 1.0 + (spec["alpha"] * index / (count - 1) if count > 1 else 0.0 * index)
+    return (spec["epsilon"] ** exponent).astype(np.float32)
 
 
 def epsilon(spec, steps):
@@ -100,6 +126,9 @@ class Exploration(tf.Module):
         self.spec = spec
         self._num_actions = num_actions
         self._noise = None
+        self._epsilons = None
+        if spec["type"] == "apex_epsilon":
+            self._epsilons = tf.constant(apex_epsilons(spec, num_agents))
         if spec["type"] == "ornstein_uhlenbeck":
             with self.name_scope:
                 self._noise = tf.Variable(
@@ -133,9 +162,11 @@ class Exploration(tf.Module):
         kind = self.spec["type"]
         if kind == "none":
             return action
-        if kind == "epsilon_decay":
+        if kind in ("epsilon_decay", "apex_epsilon"):
             count = tf.shape(action)[0]
-            explore = generator.uniform([count]) < epsilon(self.spec, steps)
+            rate = (epsilon(self.spec, steps) if kind == "epsilon_decay" else
+                    tf.gather(self._epsilons, tf.cast(agent_indices, tf.int32)))
+            explore = generator.uniform([count]) < rate
             if allowed is None:
                 random = generator.uniform([count], 0, self._num_actions, dtype=tf.int32)
             else:

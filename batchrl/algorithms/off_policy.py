@@ -5,6 +5,8 @@ Mnih et al. 2015 (experience replay, target networks); Schaul et al. 2016,
 arXiv:1511.05952 (prioritized replay); Sutton & Barto 2018, section 7.1 (n-step returns).
 """
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
@@ -34,6 +36,13 @@ def apply_gradients(tape, loss, variables, optimizer, max_norm):
     applied, norm = optimizers_base.apply_clipped(
         optimizer, tape.gradient(loss, variables), variables, max_norm)
     return after([applied], norm)
+
+
+def flat_action(action):
+    """Box actions `[n, *action_shape]` as the critics of SAC and TD3 take them: float32
+    `[n, size]`."""
+    action = tf.cast(action, tf.float32)
+    return tf.reshape(action, [tf.shape(action)[0], math.prod(action.shape[1:])])
 
 
 def target_of(model, build, *inputs):
@@ -134,7 +143,8 @@ class OffPolicyAlgorithm(Algorithm):
         "discount", "normalize_observ", "observ_clip", "replay_capacity", "learning_starts",
         "updates_per_step", "batch_size", "n_step", "prioritized_replay", "save_replay",
         "exploration", "target_update_rate", "target_update_every", "policy_lr", "value_lr",
-        "max_gradient_norm", "jit_update"})
+        "max_gradient_norm", "jit_update",
+        "rollout_length"})  # Read by the Ape-X actors: the steps of an actor's call.
     state_size = 0  # Feed-forward policies only.
 
     def __init__(self, batch_env, step, is_training, should_log, config):
@@ -178,6 +188,15 @@ class OffPolicyAlgorithm(Algorithm):
                 tf.constant(-(2 ** 62), tf.int64), trainable=False, name="logged_at")
         self._networks = self._build_networks(batch_env, config)
         self._update = self._compile(self._update_many)
+        (observ_shape, observ_dtype), (action_shape, action_dtype) = (
+            self._memory.observ_spec, self._memory.action_spec)
+        rows = tf.TensorSpec([None], tf.float32)
+        self._learn_transitions = tf.function(self._insert_and_update, input_signature=[
+            {"observ": tf.TensorSpec((None,) + observ_shape, observ_dtype),
+             "action": tf.TensorSpec((None,) + action_shape, action_dtype),
+             "reward": rows, "discount": rows,
+             "nextob": tf.TensorSpec((None,) + observ_shape, observ_dtype)},
+            rows, tf.TensorSpec([], tf.int32)], autograph=False)
 
     # --- What a subclass provides. ---
 
@@ -193,10 +212,24 @@ class OffPolicyAlgorithm(Algorithm):
         float32 scalars and float32 `[batch_size]` for the priorities."""
         raise NotImplementedError
 
+    def _q_values(self, batch):
+        """Q(s, a) of the batch's transitions (normalized observations): float32 `[n]`, or
+        `[k, n]` for k Q functions."""
+        raise NotImplementedError
+
+    def _bootstrap_target(self, batch):
+        """The regression target y of the Q function(s) for the batch's transitions
+        (normalized observations), without gradient: float32 `[n]`."""
+        raise NotImplementedError
+
     @property
     def _trackables(self):
         """The subclass's networks, targets and optimizers, for the checkpoint."""
         raise NotImplementedError
+
+    # The entries of `_trackables` that acting and `td_error` read: what an Ape-X actor
+    # copies (`apex_variables`).
+    priority_trackables = ("policy",)
 
     # --- The interface of simulate, export and the Agent. ---
 
@@ -226,6 +259,70 @@ class OffPolicyAlgorithm(Algorithm):
     def memory(self):
         """The `ReplayMemory`."""
         return self._memory
+
+    @property
+    def batch_size(self):
+        """int, the transitions of one update's batch."""
+        return self._batch_size
+
+    @property
+    def apex_variables(self):
+        """What an Ape-X actor (`batchrl.distributed.transitions`) copies from the learner to
+        act and to compute its transitions' first priorities (`td_error`): the variables of
+        the `priority_trackables` (the policy, and the Q networks and targets the TD error
+        reads), the observation filter's statistics and the global step (for exploration
+        schedules); list of `tf.Variable`, in that order."""
+        trackables = self._trackables
+        variables = []
+        for key in self.priority_trackables:
+            value = trackables[key]
+            variables.extend([value] if isinstance(value, tf.Variable) else value.variables)
+        return variables + list(self._observ_filter.variables) + [self._step]
+
+    def td_error(self, batch):
+        """The absolute TD errors of transitions under the current networks, changing no
+        variable but the random generator's: `|Q(s, a) - y|` with y the target of an update
+        (`_bootstrap_target`), the mean over the Q functions for SAC and TD3, as `update`'s
+        `td_error`. An Ape-X actor gives its transitions their first priorities with it
+        (Horgan et al. 2018, arXiv:1803.00933, sec. 3 and algorithm 1).
+
+        Args:
+          batch: dict of `observ`, `nextob` raw `[n, *observation_shape]`, `action`
+            `[n, *action_shape]`, `reward` and `discount` float32 `[n]` (as stored).
+
+        Returns:
+          float32 `[n]`.
+        """
+        batch = dict(batch, observ=self._normalized(batch["observ"]),
+                     nextob=self._normalized(batch["nextob"]))
+        error = tf.abs(self._q_values(batch) - self._bootstrap_target(batch))
+        return error if error.shape.rank == 1 else tf.reduce_mean(error, 0)
+
+    def learn_transitions(self, transitions, td_error, steps):
+        """The Ape-X learner's step: stores ready n-step transitions (an actor's, with their
+        TD errors for their first priorities: `ReplayMemory.insert`), updates the
+        observation filter with their observations, and runs the updates that `steps`
+        environment steps are owed (`updates_per_step` each once the memory holds
+        `learning_starts`; the fraction carried), as `experience` does for stepped ones,
+        with the same summaries (while `should_log`, at most once per `log_every` steps of
+        the global step, which the caller advances by `steps` first).
+
+        Args:
+          transitions: dict of `observ`, `nextob` `[n, *observation_shape]`, `action`
+            `[n, *action_shape]`, `reward` and `discount` float32 `[n]` (NumPy arrays or
+            tensors; `n` may change from call to call).
+          td_error: float32 `[n]`.
+          steps: int, the environment steps the transitions came from.
+
+        Returns:
+          int, the updates run.
+        """
+        before = int(self._updates.numpy())
+        self._learn_transitions(
+            {key: transitions[key] for key in ("observ", "action", "reward", "discount",
+                                                 "nextob")},
+            td_error, tf.constant(int(steps), tf.int32))
+        return int(self._updates.numpy()) - before
 
     def policy_action(self, observ, state, generator=None):
         """The action for raw observations (float32 `[n, *observation_shape]`) without
@@ -296,6 +393,13 @@ class OffPolicyAlgorithm(Algorithm):
             return self._owed_updates(tf.shape(terminated)[0])
 
     # --- Inside. ---
+
+    def _insert_and_update(self, transitions, td_error, steps):
+        """`learn_transitions`' compiled function."""
+        inserted = [self._memory.insert(transitions, td_error=td_error),
+                    self._observ_filter.update(tf.cast(transitions["observ"], tf.float32))]
+        with tf.control_dependencies(inserted):
+            return self._owed_updates(steps)
 
     def _record(self, agent_indices, observ, action, reward, done, nextob):
         with tf.name_scope("experience"):

@@ -139,18 +139,27 @@ class SAC(off_policy.OffPolicyAlgorithm):
                 "critic_optimizer": self._critic_optimizer,
                 "temperature_optimizer": self._alpha_optimizer}
 
-    def _update_step(self, batch):
-        config = self._config
-        action = tf.reshape(tf.cast(batch["action"], tf.float32), [self._batch_size, -1])
-        weight = batch["weight"]
+    # Acting reads the actor; the TD error also the critics, their targets and alpha.
+    priority_trackables = ("policy", "critic", "target_critic", "log_temperature")
+
+    def _q_values(self, batch):
+        return self._critic(batch["observ"], off_policy.flat_action(batch["action"]))
+
+    def _bootstrap_target(self, batch):
         alpha = tf.exp(self._log_alpha)
         next_action, next_log_prob = self._acting.sample(batch["nextob"], self._random)
         next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
-        target = tf.stop_gradient(
+        return tf.stop_gradient(
             batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
+
+    def _update_step(self, batch):
+        config = self._config
+        weight = batch["weight"]
+        alpha = tf.exp(self._log_alpha)
+        target = self._bootstrap_target(batch)
         critic_variables = self._critic.trainable_variables
         with tf.GradientTape() as tape:
-            td_error = self._critic(batch["observ"], action) - target
+            td_error = self._q_values(batch) - target
             critic_loss = 0.5 * tf.reduce_sum(
                 tf.reduce_mean(weight * tf.square(td_error), -1))
         critic_norm = off_policy.apply_gradients(
@@ -183,3 +192,4 @@ class SAC(off_policy.OffPolicyAlgorithm):
         diagnostics = {key: after([targets], value)
                        for key, value in diagnostics.items()}
         return diagnostics, tf.reduce_mean(tf.abs(td_error), 0)
+

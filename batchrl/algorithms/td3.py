@@ -116,18 +116,27 @@ class TD3(off_policy.OffPolicyAlgorithm):
                 "policy_optimizer": self._actor_optimizer,
                 "critic_optimizer": self._critic_optimizer}
 
-    def _update_step(self, batch):
+    # Acting reads the actor; the TD error also the critics and both targets.
+    priority_trackables = ("policy", "critic", "target_policy", "target_critic")
+
+    def _q_values(self, batch):
+        return self._critic(batch["observ"], off_policy.flat_action(batch["action"]))
+
+    def _bootstrap_target(self, batch):
         config = self._config
-        action = tf.reshape(tf.cast(batch["action"], tf.float32), [self._batch_size, -1])
         next_action = self._target_actor(batch["nextob"])
         noise = tf.clip_by_value(
             config.target_noise * self._random.normal(tf.shape(next_action)),
             -config.target_noise_clip, config.target_noise_clip)
         next_action = tf.clip_by_value(next_action + noise, -1.0, 1.0)
         next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
-        target = tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
+        return tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
+
+    def _update_step(self, batch):
+        config = self._config
+        target = self._bootstrap_target(batch)
         with tf.GradientTape() as tape:
-            q = self._critic(batch["observ"], action)
+            q = self._q_values(batch)
             td_error = q - target
             critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
         critic_norm = off_policy.apply_gradients(
