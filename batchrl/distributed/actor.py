@@ -1,6 +1,8 @@
 """An actor of the actor-learner mode: in its own process, its own batch of environments
 and a copy of the learner's policy (the acting half), recording fragments
-(`fragment.FragmentRecorder`) with the newest weights the learner gave it."""
+(`fragment.FragmentRecorder`) with the newest weights the learner gave it; or, in Ape-X
+mode, a copy of an off-policy algorithm recording n-step transitions with their first
+priorities (`transitions.TransitionRecorder`)."""
 
 import os
 import socket
@@ -9,6 +11,10 @@ import time
 import numpy as np
 
 from batchrl import configs
+
+# The algorithms whose actors send n-step transitions (`TransitionActor`, Ape-X) rather than
+# fragments (`FragmentActor`).
+APEX_ALGORITHMS = ("dqn", "sac", "td3")
 
 # TensorFlow (with `batchrl.build`) is imported in `FragmentActor.build`, after `setup`: the
 # module itself is imported wherever Ray unpickles the class.
@@ -19,9 +25,20 @@ def actor_config(config, index):
     environments stepped in the actor's process (`env_backend: local`, or the in-graph or
     EnvPool batch the env id names), and seed `config.seed + 1 + index` for its
     environments and its sampling, so that no two actors, nor the learner's evaluation,
-    draw the same episodes."""
-    return configs.Config(config, num_agents=config.envs_per_actor, env_backend="local",
-                          seed=config.seed + 1 + index)
+    draw the same episodes. An Ape-X actor (an off-policy algorithm) keeps no replay memory
+    (`replay_capacity: 1`), and an `apex_epsilon` exploration gets the actor's place among
+    all actors' agents (`first`, `explorers`), so that each agent explores with an epsilon
+    of its own."""
+    changes = dict(num_agents=config.envs_per_actor, env_backend="local",
+                   seed=config.seed + 1 + index)
+    if config.algorithm in APEX_ALGORITHMS:
+        changes["replay_capacity"] = 1
+        exploration = config.get("exploration")
+        if exploration and exploration.get("type") == "apex_epsilon":
+            changes["exploration"] = dict(
+                exploration, first=index * config.envs_per_actor,
+                explorers=config.actors * config.envs_per_actor)
+    return configs.Config(config, **changes)
 
 
 def episodes(fragment, running):
@@ -55,7 +72,9 @@ def _ray_node():
 
 
 class FragmentActor:
-    """One actor (run as a Ray actor by `pool.ActorPool`, or in-process by tests).
+    """One actor (run as a Ray actor by `pool.ActorPool`, or in-process by tests) of an
+    on-policy algorithm: it records fragments (`FragmentRecorder`) with a copy of the
+    learner's acting half (`Actor.get_weights`).
 
     Args:
       config: the run's `Config` as loaded (plain values; `network` a name or layers),
@@ -70,7 +89,8 @@ class FragmentActor:
         self._setup = setup
         self._recorder = None
         self._batch_env = None
-        self._actor = None
+        self._actor = None  # The acting half (`_make_recorder`).
+        self._set_weights = None
         self._running = None
         self._version = None
 
@@ -87,22 +107,13 @@ class FragmentActor:
             self._setup()
         import tensorflow as tf
 
-        from batchrl import build, environments
-        from batchrl.algorithms.actor import OnPolicyActor
-        from batchrl.distributed.fragment import FragmentRecorder
+        from batchrl import environments
 
         try:  # One thread: the environments step in this process, as `local` runs do.
             tf.config.threading.set_inter_op_parallelism_threads(1)
         except RuntimeError:  # TensorFlow runs already (an actor built in a test).
             pass
-        config = self._config
-        batch_env = build.in_graph_env(config, environments.create_batch(config))
-        algo_config = build.algorithm_config(config)
-        self._actor = OnPolicyActor(
-            batch_env.observation_space, batch_env.action_space, algo_config,
-            observ_shape=tuple(batch_env.observ.shape[1:]),
-            observ_dtype=batch_env.observ.dtype)
-        self._recorder = FragmentRecorder(batch_env, self._actor, config.rollout_length)
+        batch_env = self._make_recorder(environments.create_batch(self._config))
         self._batch_env = batch_env
         agents = len(batch_env)
         self._running = {"score": np.zeros(agents), "length": np.zeros(agents, np.int64)}
@@ -112,13 +123,33 @@ class FragmentActor:
                 "observ_dtype": batch_env.observ.dtype.name,
                 "action_shape": tuple(batch_env.action.shape[1:])}
 
+    def _make_recorder(self, raw_env):
+        """Builds the acting half and the recorder for the batch `raw_env` (a `BatchEnv`
+        or in-graph environment), sets `_recorder` and `_set_weights`; returns the
+        in-graph batch environment."""
+        from batchrl import build
+        from batchrl.algorithms.actor import OnPolicyActor
+        from batchrl.distributed.fragment import FragmentRecorder
+
+        config = self._config
+        batch_env = build.in_graph_env(config, raw_env)
+        actor = OnPolicyActor(
+            batch_env.observation_space, batch_env.action_space,
+            build.algorithm_config(config), observ_shape=tuple(batch_env.observ.shape[1:]),
+            observ_dtype=batch_env.observ.dtype)
+        self._recorder = FragmentRecorder(batch_env, actor, config.rollout_length)
+        self._actor = actor
+        self._set_weights = actor.set_weights
+        return batch_env
+
     def collect(self, version, weights):
         """Records one fragment with the policy of `version` (int), first taking `weights`
         (`Actor.get_weights` of the learner: the policy's and the observation filter's
         arrays) when the version is new to this actor (None: keep the weights it has).
 
         Returns:
-          dict: `fragment` (`FragmentRecorder.collect`'s arrays), `version` (int, the
+          dict: `fragment` (the recorder's `collect`: a `FragmentRecorder` fragment, or a
+          `TransitionRecorder` recording, both NumPy arrays), `version` (int, the
           version that acted), `scores` and `lengths` (lists, the episodes that ended in
           it), `seconds` (float, wall-clock time of the recording).
 
@@ -127,7 +158,7 @@ class FragmentActor:
           of the recording.
         """
         if weights is not None and version != self._version:
-            self._actor.set_weights(weights)
+            self._set_weights(weights)
             self._version = int(version)
         start = time.perf_counter()
         try:
@@ -146,3 +177,25 @@ class FragmentActor:
         """Closes the environments (their worker threads or processes stop)."""
         if self._batch_env is not None:
             self._batch_env.close()
+
+
+class TransitionActor(FragmentActor):
+    """An Ape-X actor (Horgan et al. 2018, arXiv:1803.00933): a copy of an off-policy
+    algorithm (`dqn`, `sac`, `td3`) acting with its exploration, whose `collect` returns
+    the n-step transitions its steps completed with their TD errors
+    (`transitions.TransitionRecorder`) instead of a fragment; the weights it takes are
+    the learner's `OffPolicyAlgorithm.apex_variables` (the policy, the networks of the TD
+    error, the observation filter and the global step). Arguments as `FragmentActor`'s.
+    """
+
+    def _make_recorder(self, raw_env):
+        from batchrl import build
+        from batchrl.distributed.transitions import TransitionRecorder
+        from batchrl.tools.weights import VariableCopier
+
+        agent = build.build(self._config, raw_env, process_eager=False)
+        self._recorder = TransitionRecorder(agent.batch_env, agent.algo,
+                                            self._config.rollout_length)
+        self._actor = agent.algo.actor
+        self._set_weights = VariableCopier(agent.algo.apex_variables).set
+        return agent.batch_env

@@ -9,29 +9,33 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.distributed import fragment as fragment_lib
+from batchrl.distributed.actor import APEX_ALGORITHMS
 from batchrl.drivers.loop import EnvironmentFailed, Loop
 from batchrl.environments.wrappers import WorkerError
 
-# The algorithms that learn from actors' fragments (`learn(fragment, log)`).
-ALGORITHMS = ("impala", "appo")
+# The algorithms that learn from actors' fragments (`learn(fragment, log)`), and those that
+# learn from Ape-X actors' transitions (`learn_transitions`, `batchrl.distributed.apex`).
+FRAGMENT_ALGORITHMS = ("impala", "appo")
+ALGORITHMS = FRAGMENT_ALGORITHMS + APEX_ALGORITHMS
 
 
 def check(config):
     """Checks the actor-learner keys of `config` (with `actors` above 0).
 
     Raises:
-      ConfigError: an algorithm that cannot learn from fragments, no `rollout_length`
-        (the fragments' length), or `reward_normalizer: return` with `normalize_reward`.
+      ConfigError: an algorithm that cannot learn from actors, no `rollout_length` (the
+        steps per agent of an actor's call), or `reward_normalizer: return` with
+        `normalize_reward`.
     """
     if not config.actors:
         return
     if config.algorithm not in ALGORITHMS:
         raise configs.ConfigError(
-            f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors' "
-            f"fragments; choices: {', '.join(ALGORITHMS)} (or actors: 0)")
+            f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors; "
+            f"choices: {', '.join(ALGORITHMS)} (or actors: 0)")
     if not config.rollout_length:
         raise configs.ConfigError("config key 'actors' needs rollout_length (the steps per "
-                                  "agent of a fragment, e.g. 20)")
+                                  "agent of an actor's fragment, e.g. 20)")
     if config.normalize_reward and config.reward_normalizer != "reward":
         raise configs.ConfigError(
             "config key 'actors' needs reward_normalizer: reward with normalize_reward (a "
@@ -89,7 +93,11 @@ class ActorLearnerLoop(Loop):
         return int(self._version.numpy())
 
     def _publish(self):
-        self._pool.publish(self.version, self._algo.actor.get_weights())
+        self._pool.publish(self.version, self._weights())
+
+    def _weights(self):
+        """The arrays the actors act with (`Actor.get_weights`)."""
+        return self._algo.actor.get_weights()
 
     def _train_phase(self, bar):
         self._is_training.assign(True)
@@ -119,20 +127,26 @@ class ActorLearnerLoop(Loop):
                 next_log += self._log_every
             self._step.assign(after)
             with writer.as_default(step=self._step):  # A variable: read at every call.
-                self._algo.learn(fragment_lib.expand(taken.fragment), log=log)
-            version += 1
+                updates = self._learn(taken, log)
+            previous, version = version, version + updates
             self._version.assign(version)
-            if version % self._broadcast_every == 0:
+            if version // self._broadcast_every > previous // self._broadcast_every:
                 self._publish()
             scores.extend(taken.scores)
             lengths.extend(taken.lengths)
-            window.add(taken, lag)
+            window.add(taken, lag, updates)
             if log:
                 self._write_window(window, after, scores, lengths)
                 window = _Window(after, len(scores))
             bar.update(after - step)
             step = after
         return self._train_result(step, start_step, start_time, scores, lengths)
+
+    def _learn(self, taken, log):
+        """Learns from `taken` (a `pool.Fragment`) with summaries while `log`; returns the
+        updates made (int): one (`IMPALA.learn`)."""
+        self._algo.learn(fragment_lib.expand(taken.fragment), log=log)
+        return 1
 
     def _write_window(self, window, step, scores, lengths):
         """The `actors/` summaries of the fragments since the last write, and the scores
@@ -148,7 +162,7 @@ class ActorLearnerLoop(Loop):
                 tf.summary.scalar("actors/queue_depth", np.mean(window.queued))
                 tf.summary.scalar("actors/actor_steps_per_second",
                                   np.mean(window.actor_rates))
-            tf.summary.scalar("actors/updates_per_second", len(window.lags) / seconds)
+            tf.summary.scalar("actors/updates_per_second", window.updates / seconds)
             tf.summary.scalar("actors/steps_per_second", (step - window.step) / seconds)
             tf.summary.scalar("actors/dropped_fragments", self.dropped)
             tf.summary.scalar("actors/discarded_fragments", self._pool.discarded)
@@ -163,8 +177,10 @@ class _Window:
         self.scores = scores  # The phase's episodes that ended before it.
         self.started = time.time()
         self.lags, self.queued, self.actor_rates = [], [], []
+        self.updates = 0
 
-    def add(self, taken, lag):
+    def add(self, taken, lag, updates):
+        self.updates += updates
         self.lags.append(lag)
         self.queued.append(taken.queued)
         self.actor_rates.append(np.sum(taken.fragment["length"]) / max(taken.seconds, 1e-9))

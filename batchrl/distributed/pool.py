@@ -23,7 +23,8 @@ waiting, this one included) when the learner took it."""
 
 
 class ActorPool:
-    """`count` Ray actors (`actor.FragmentActor`), each recording fragments with the weights
+    """`count` Ray actors (`actor.FragmentActor`, or another `actor_class`), each recording
+    fragments (or an Ape-X actor's transitions) with the weights
     last `publish`ed, at most `in_flight` calls ahead of the learner: no more than
     `count * in_flight` fragments exist at once, in flight or waiting in the object store.
 
@@ -45,6 +46,8 @@ class ActorPool:
       runtime_env: optional dict, Ray's runtime environment of the actors' processes
         (e.g. `env_vars`).
       setup: optional callable that each actor calls first (`FragmentActor`).
+      actor_class: the actors' class: `actor.FragmentActor` (fragments, for impala and
+        appo) or `actor.TransitionActor` (n-step transitions, Ape-X).
 
     The actors start building (`FragmentActor.build`) at once; `wait_built`, or the first
     call that needs them, waits for them.
@@ -55,7 +58,7 @@ class ActorPool:
     """
 
     def __init__(self, config, count, cpus, in_flight, timeout, restarts, address=None,
-                 runtime_env=None, setup=None):
+                 runtime_env=None, setup=None, actor_class=FragmentActor):
         self._config = config
         self._cpus = float(cpus)
         self._in_flight = int(in_flight)
@@ -78,7 +81,7 @@ class ActorPool:
                 raise NotEnoughCPUs(
                     f"{count} actors of {self._cpus:g} CPUs each (actors, actor_cpus) need "
                     f"{count * self._cpus:g} CPUs; the Ray cluster has {cluster:g}")
-            self._remote = self._ray.remote(FragmentActor)
+            self._remote = self._ray.remote(actor_class)
             for index in range(count):
                 self._actors[index] = self._new_actor(index)
             self._builds = [actor.build.remote() for actor in self._actors]

@@ -206,21 +206,27 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, 
     epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
     memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
     `replay`). Given the actors' `pool` (`start_actors`), the learner's loop
-    (`batchrl.distributed.learner.ActorLearnerLoop`)."""
+    (`batchrl.distributed.learner.ActorLearnerLoop`, or for an off-policy algorithm
+    `batchrl.distributed.apex.ApexLoop`, with the replay memory)."""
     from batchrl.drivers.loop import Loop
 
     options = dict(steps=config.steps, eval_every=config.eval_every,
                    eval_episodes=config.eval_episodes, log_every=config.log_every,
                    progress=progress, stop=stop, steps_per_call=config.steps_per_call,
                    jit_compile=config.jit_step, started_at=started_at)
+    replay = agent.algo.memory if config.save_replay else None
     if pool is not None:
+        from batchrl.distributed.actor import APEX_ALGORITHMS
+        from batchrl.distributed.apex import ApexLoop
         from batchrl.distributed.learner import ActorLearnerLoop
 
+        if config.algorithm in APEX_ALGORITHMS:
+            return ApexLoop(logdir, *agent, pool=pool, broadcast_every=config.broadcast_every,
+                            max_policy_lag=config.max_policy_lag, replay=replay, **options)
         return ActorLearnerLoop(logdir, *agent, pool=pool,
                                 broadcast_every=config.broadcast_every,
                                 max_policy_lag=config.max_policy_lag, **options)
-    return Loop(logdir, *agent, replay=agent.algo.memory if config.save_replay else None,
-                **options)
+    return Loop(logdir, *agent, replay=replay, **options)
 
 
 def start_actor_process():
@@ -239,6 +245,7 @@ def start_actors(config):
     Raises:
       ConfigError: Ray cannot be started or reached, or has too few CPUs.
     """
+    from batchrl.distributed.actor import APEX_ALGORITHMS, FragmentActor, TransitionActor
     from batchrl.distributed.pool import ActorPool
     from batchrl.environments.ray.connection import RayUnavailable
     from batchrl.environments.ray.driver import NotEnoughCPUs
@@ -248,7 +255,9 @@ def start_actors(config):
     try:
         pool = ActorPool(config, config.actors, config.actor_cpus, config.fragments_in_flight,
                          config.worker_timeout, config.worker_restarts, config.ray_address,
-                         {"env_vars": env_vars}, start_actor_process)
+                         {"env_vars": env_vars}, start_actor_process,
+                         TransitionActor if config.algorithm in APEX_ALGORITHMS
+                         else FragmentActor)
     except (RayUnavailable, NotEnoughCPUs) as error:
         raise configs.ConfigError(str(error)) from None
     return pool

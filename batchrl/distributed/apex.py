@@ -1,0 +1,69 @@
+"""The learner of an Ape-X run (Horgan et al. 2018, "Distributed Prioritized Experience
+Replay", arXiv:1803.00933): it owns the replay memory, stores the n-step transitions the
+actors send with their first priorities, and makes the updates they are owed, so that the
+replay ratio is the config's `updates_per_step` whatever the actors' speed."""
+
+import time
+
+import tensorflow as tf
+
+from batchrl.distributed.learner import ActorLearnerLoop
+from batchrl.tools.weights import VariableCopier
+
+
+class ApexLoop(ActorLearnerLoop):
+    """An `ActorLearnerLoop` for an off-policy algorithm (`dqn`, `sac`, `td3`) whose actors
+    are `batchrl.distributed.actor.TransitionActor`s.
+
+    Each recording taken from the actors goes into the learner's replay memory
+    (`OffPolicyAlgorithm.learn_transitions`: its transitions with priorities from the
+    actor's TD errors, when prioritized), and the learner then makes the updates its
+    environment steps are owed, `updates_per_step` per step once the memory holds
+    `learning_starts`, before it takes the next. So the replay ratio is held: the learner
+    never runs ahead of the data (it waits for the next recording), and the actors never
+    run ahead of the learner by more than `fragments_in_flight` recordings each (the
+    pool's bound), which also bounds the memory in flight. Prioritized replay's beta
+    anneals to 1 over the run's `steps` (`OffPolicyAlgorithm._beta`).
+
+    Policy versions count updates: the actors get the learner's `apex_variables` (the
+    policy, the networks of the TD error, the observation filter and the global step, for
+    exploration schedules) at each train phase's start and whenever `broadcast_every`
+    more updates were made; policy lag and `max_policy_lag` are in updates too.
+
+    Besides `ActorLearnerLoop`'s summaries, the train writer receives under `apex/`, over
+    the recordings since the last write: `replay_ratio` (updates per environment step,
+    which `updates_per_step` sets once learning started), `insert_rate` (transitions
+    stored per second), `sample_rate` (transitions sampled per second: updates times
+    `batch_size`), and `replay_fill` (the memory's size over its capacity).
+
+    Args:
+      as for `ActorLearnerLoop`; `algo` an `OffPolicyAlgorithm`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._copier = VariableCopier(self._algo.apex_variables)
+        self._inserted = 0  # Transitions stored since the last write.
+
+    def _weights(self):
+        return self._copier.get()
+
+    def _learn(self, taken, log):
+        del log  # The algorithm's summaries follow `log_every` (`learn_transitions`).
+        recording = taken.fragment
+        self._inserted += len(recording["td_error"])
+        return self._algo.learn_transitions(recording["transitions"], recording["td_error"],
+                                            int(recording["length"].sum()))
+
+    def _write_window(self, window, step, scores, lengths):
+        super()._write_window(window, step, scores, lengths)
+        seconds = max(time.time() - window.started, 1e-9)
+        memory = self._algo.memory
+        with self._writers["train"].as_default(step=step):
+            tf.summary.scalar("apex/replay_ratio", window.updates / max(step - window.step, 1))
+            tf.summary.scalar("apex/insert_rate", self._inserted / seconds)
+            tf.summary.scalar("apex/sample_rate",
+                              window.updates * self._algo.batch_size / seconds)
+            tf.summary.scalar("apex/replay_fill",
+                              float(memory.size.numpy()) / memory.capacity)
+        self._inserted = 0

@@ -1,0 +1,125 @@
+"""An Ape-X actor's recording: `rollout_length` steps of every agent of its batch, acted by its
+copy of an off-policy algorithm with its own exploration, turned into n-step transitions as
+they complete, and given their first priorities with its copy of the networks (Horgan et
+al. 2018, "Distributed Prioritized Experience Replay", arXiv:1803.00933, algorithm 1)."""
+
+import numpy as np
+import tensorflow as tf
+
+from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.memories.episode import EpisodeMemory
+from batchrl.memories.n_step import NStepAccumulator
+from batchrl.memories.observation_storage import ObservationStorage
+from batchrl.memories.storage import FIELDS, TransitionStorage
+from batchrl.tools.graph import after
+
+
+class TransitionRecorder:
+    """What `batchrl.drivers.simulate` drives in an Ape-X actor: `algo` (an
+    `OffPolicyAlgorithm` built for the actor's batch; its replay memory is not used) acts
+    with its exploration (`perform` while its `is_training`), and each agent's steps go
+    through an n-step accumulator (`NStepAccumulator`, the settings of `algo.memory`)
+    into an outbox. Learns nothing.
+
+    An agent's window runs on from one recording to the next, as in a replay memory of one
+    process: the transitions of a recording are those its steps completed, so that they
+    may start in an earlier recording, and steps still waiting stay for the next. A
+    recording (`record`) is a dict of NumPy arrays:
+      `transitions`: dict of `batchrl.memories.storage.FIELDS`, `[m, ...]`: `observ` and
+        `nextob` raw in the memory's dtype (uint8 frames stay bytes), `action`, `reward`
+        (the n-step return) and `discount` (`discount^k`, 0 after a termination), as
+        `ReplayMemory.insert` takes them; m is at most `B (T + n_step - 1)`.
+      `td_error`: float32 `[m]`, their absolute TD errors under the actor's networks
+        (`OffPolicyAlgorithm.td_error`), which the learner's prioritized replay makes their
+        first priorities.
+      `reward`, `done`: float32 and bool `[B, T]`, the steps' rewards and ends (for the
+        episodes' scores: `batchrl.distributed.actor.episodes`).
+      `length`: int32 `[B]`, the steps of each agent (`T`).
+
+    Args:
+      batch_env: the actor's `InGraphBatchEnv`.
+      algo: its off-policy algorithm.
+      length: int >= 1, the steps per agent of a recording (`rollout_length`).
+    """
+
+    def __init__(self, batch_env, algo, length):
+        self._batch_env = batch_env
+        self._algo = algo
+        self._length = int(length)
+        memory = algo.memory
+        agents = len(batch_env)
+        self._accumulator = NStepAccumulator(
+            memory.observ_spec, memory.action_spec, agents, memory.n_step,
+            memory.discount_factor)
+        self._outbox = TransitionStorage(
+            ObservationStorage(*memory.observ_spec), memory.action_spec,
+            agents * (self._length + memory.n_step - 1))
+        self._steps = EpisodeMemory({"reward": ((), tf.float32), "done": ((), tf.bool)},
+                                    agents, self._length, "steps")
+        episode_state(batch_env)  # Its variables exist before the first trace.
+        self._collect = tf.function(self._collect_steps, autograph=False)
+
+    @property
+    def length(self):
+        """int, the steps per agent of a recording."""
+        return self._length
+
+    def begin_episodes(self, agent_indices):
+        """Stores the steps still waiting in the given agents' windows as a truncated
+        episode's (a new episode begins without the old one ending, as
+        `ReplayMemory.reset_agents` does) and zeroes their exploration's noise."""
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        return after([self._accumulator.flush(agent_indices, self._write),
+                      self._algo.actor.exploration.reset(agent_indices)], True)
+
+    def perform(self, agent_indices, observ):
+        """The algorithm's explored actions for the given agents (`OffPolicyAlgorithm.perform`)."""
+        return self._algo.perform(agent_indices, observ)
+
+    def experience(self, agent_indices, observ, action, reward, done, nextob):
+        """Adds the step of the given agents to their windows, the transitions it completes
+        to the outbox, and the reward and end to the recording."""
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        terminated = tf.gather(self._batch_env.terminated, agent_indices)
+        truncated = tf.logical_and(done, tf.logical_not(terminated))
+        added = self._accumulator.add(agent_indices, observ, action, reward, terminated,
+                                      truncated, nextob, self._write)
+        recorded = self._steps.append({"reward": reward, "done": done}, agent_indices)
+        return after([added, recorded], True)
+
+    def end_episodes(self, agent_indices):
+        """Nothing to do: `experience` stored the steps."""
+        del agent_indices
+        return tf.constant(True)
+
+    def _write(self, transitions, emit=None):
+        count, _, _ = self._outbox.write(transitions, emit)
+        return count
+
+    def _collect_steps(self):
+        steps = simulate_steps(self._batch_env, self, self._length, False, False)
+        with tf.control_dependencies(list(steps)):
+            count = self._outbox.size.value()
+            transitions = self._outbox.gather(tf.range(count))
+            td_error = self._algo.td_error(transitions)
+            fields, length = self._steps.data()
+        read = list(transitions.values()) + list(fields.values()) + [td_error, length]
+        with tf.control_dependencies(read):
+            cleared = [self._steps.clear(), self._outbox.size.assign(0),
+                       self._outbox.position.assign(0)]
+        with tf.control_dependencies(cleared):
+            return ({key: tf.identity(value) for key, value in transitions.items()},
+                    tf.identity(td_error),
+                    {key: tf.identity(value) for key, value in fields.items()},
+                    tf.identity(length))
+
+    def record(self):
+        """Steps every agent `length` times, continuing their episodes, and returns the
+        recording (dict of NumPy arrays, see the class docstring)."""
+        transitions, td_error, fields, length = self._collect()
+        recording = {key: np.asarray(value) for key, value in fields.items()}
+        recording.update(transitions={key: np.asarray(transitions[key]) for key in FIELDS},
+                         td_error=np.asarray(td_error), length=np.asarray(length))
+        return recording
+
+    collect = record  # What `batchrl.distributed.actor` calls: it travels as it is.

@@ -1,0 +1,263 @@
+"""Ape-X in this process, without Ray (Horgan et al. 2018, arXiv:1803.00933): an actor's
+transitions are those its steps completed, with its networks' TD errors as their first
+priorities; each agent explores with its own epsilon; the learner's loop holds the replay
+ratio, counts versions in updates and broadcasts every `broadcast_every` of them."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl import build, configs, environments
+from batchrl.algorithms import exploration as exploration_lib
+from batchrl.algorithms.dqn import DQN
+from batchrl.algorithms.sac import SAC
+from batchrl.algorithms.td3 import TD3
+from batchrl.distributed import actor as actor_lib
+from batchrl.distributed.apex import ApexLoop
+from batchrl.distributed.pool import Fragment
+from batchrl.distributed.transitions import TransitionRecorder
+from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.memories.replay import ReplayMemory
+from batchrl.memories.storage import FIELDS
+from tests import off_policy_numpy as ref
+from tests.distributed.test_actor_learner import _scalars
+
+GAMMA = 0.985  # default.yaml's discount.
+
+
+def _box_batch(algo):
+    batch = ref.box_batch(8, 2, GAMMA)
+    del batch["weight"]
+    return batch
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "sac", "td3"])
+def test_an_actors_first_priorities_are_its_networks_absolute_td_errors(algorithm):
+    """`td_error`: |Q(s, a) - y| with y an update's target (for SAC and TD3 the mean over
+    the two critics), from the weights read out of the networks and the same draws, and
+    no network changed. Catches: the online network in place of a target; the signed
+    error; one critic's error; the discount past a termination."""
+    if algorithm == "dqn":
+        algo = ref.build(DQN, ref.mock_env(num_actions=4), target_update_rate=1.0)
+        state = algo.checkpoint_state
+        ref.perturb(state["target_policy"], 0.5, seed=1)
+        rng = np.random.default_rng(0)
+        batch = _box_batch(algo)
+        batch["action"] = rng.integers(0, 4, 8).astype(np.int32)
+        q, target = (ref.q_network_weights(state[key]) for key in ("policy", "target_policy"))
+        y, *_ = ref.dqn_target(q, target, batch, np.ones((8, 4), bool), True)
+        want = np.abs(ref.q_network(q, batch["observ"])[np.arange(8), batch["action"]] - y)
+    else:
+        cls = SAC if algorithm == "sac" else TD3
+        algo = ref.build(cls, ref.mock_env(action_size=2), init_temperature=0.5)
+        state = algo.checkpoint_state
+        ref.perturb(state["target_critic"], 0.3, seed=1)
+        batch = _box_batch(algo)
+        noise = ref.clone(algo._random).normal([8, 2]).numpy().astype(np.float64)
+        critic = ref.twin_q_weights(state["critic"])
+        target_critic = ref.twin_q_weights(state["target_critic"])
+        if algorithm == "sac":
+            y = ref.sac_target(ref.gaussian_actor_weights(state["policy"]), target_critic,
+                               float(state["log_temperature"].numpy()), batch, noise)
+        else:
+            ref.perturb(state["target_policy"], 0.3, seed=2)
+            config = algo._config
+            y = ref.td3_target(ref.deterministic_actor_weights(state["target_policy"]),
+                               target_critic, batch, noise, config.target_noise,
+                               config.target_noise_clip)
+        want = np.abs(ref.twin_q(critic, batch["observ"], batch["action"]) - y).mean(0)
+    assert (batch["discount"] == 0).any()
+    networks = [variable.numpy() for variable in algo.apex_variables]
+    got = algo.td_error({key: tf.constant(value) for key, value in batch.items()}).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    for before, variable in zip(networks, algo.apex_variables, strict=True):
+        np.testing.assert_array_equal(before, variable.numpy())
+
+
+def test_inserted_td_errors_set_the_first_priorities_and_raise_the_largest():
+    """`ReplayMemory.insert(td_error=...)`: each row's priority is (|delta| + epsilon)^alpha
+    (Schaul et al. 2016, sec. 3.3), the running largest priority rises to theirs, and
+    transitions inserted without TD errors get that largest one; past the capacity the
+    last ones are kept with their own priorities."""
+    alpha, epsilon = 0.6, 0.01
+    memory = ReplayMemory(((2,), tf.float32), ((), tf.int32), 8, 1,
+                          prioritized={"alpha": alpha, "epsilon": epsilon})
+
+    def transitions(count, start):
+        observ = np.arange(start, start + count, dtype=np.float32)[:, None].repeat(2, 1)
+        return {"observ": observ, "nextob": observ, "action": np.zeros(count, np.int32),
+                "reward": np.zeros(count, np.float32),
+                "discount": np.ones(count, np.float32)}
+
+    errors = np.array([0.5, -3.0, 0.0, 2.0, -0.1], np.float32)
+    memory.insert(transitions(5, 0), td_error=errors)
+    priority = (np.abs(errors) + epsilon) ** alpha
+    np.testing.assert_allclose(memory.priorities.get(tf.range(5)).numpy(), priority, rtol=1e-5)
+    np.testing.assert_allclose(memory._max_priority.numpy(), max(1.0, priority.max()),
+                               rtol=1e-6)
+    memory.insert(transitions(2, 5))  # Without errors: the largest so far.
+    np.testing.assert_allclose(memory.priorities.get(tf.constant([5, 6])).numpy(),
+                               [priority.max()] * 2, rtol=1e-6)
+    errors = np.linspace(-5, 5, 10).astype(np.float32)
+    memory.insert(transitions(10, 7), td_error=errors)  # Rows 7, 0, ..., 7 again: last 8.
+    rows = (7 + np.arange(10)) % 8
+    stored = memory.storage["observ"].numpy()[rows[-8:], 0]
+    np.testing.assert_array_equal(stored, np.arange(9, 17))
+    np.testing.assert_allclose(memory.priorities.get(tf.constant(rows[-8:])).numpy(),
+                               (np.abs(errors[-8:]) + epsilon) ** alpha, rtol=1e-5)
+    np.testing.assert_allclose(memory.priorities.get(tf.constant([8])).numpy(), [0.0])
+
+
+def test_each_agent_explores_with_its_own_epsilon():
+    """`apex_epsilon`: agent i of N takes 0.4^(1 + 7 i / (N - 1)) (Horgan et al. 2018, sec.
+    4.1), with `first` and `explorers` placing an actor's agents among all actors'; the
+    share of actions that differ from the greedy one is epsilon (1 - 1 / actions)."""
+    spec = exploration_lib.parse({"type": "apex_epsilon"}, discrete=True)
+    np.testing.assert_allclose(exploration_lib.apex_epsilons(spec, 8),
+                               [0.4 ** (1 + 7 * i / 7) for i in range(8)], rtol=1e-6)
+    np.testing.assert_allclose(exploration_lib.apex_epsilons(spec, 1), [0.4])
+    second = dict(spec, first=4, explorers=8)  # Actor 1 of 2, 4 agents each.
+    np.testing.assert_allclose(exploration_lib.apex_epsilons(second, 4),
+                               [0.4 ** (1 + i) for i in range(4, 8)], rtol=1e-6)
+    config = configs.load("cartpole_apex", {"actors": 2, "envs_per_actor": 4})
+    assert actor_lib.actor_config(config, 1).exploration == dict(
+        config.exploration, first=4, explorers=8)
+    assert actor_lib.actor_config(config, 1).replay_capacity == 1
+    actions, draws = 4, 20000
+    explore = exploration_lib.Exploration(dict(spec, epsilon=0.8, alpha=3.0), 4, (), actions)
+    greedy = tf.zeros([draws * 4], tf.int32)
+    agents = tf.tile(tf.range(4), [draws])
+    chosen = explore(agents, greedy, tf.constant(0, tf.int64),
+                     tf.random.Generator.from_seed(0)).numpy().reshape(draws, 4)
+    share = (chosen != 0).mean(0)
+    want = 0.8 ** (1 + 3 * np.arange(4) / 3) * (1 - 1 / actions)
+    np.testing.assert_allclose(share, want, atol=0.01)
+    with pytest.raises(ValueError, match="epsilon must be in"):
+        exploration_lib.parse({"type": "apex_epsilon", "epsilon": 2}, discrete=True)
+
+
+AGENTS, LENGTH, N_STEP = 3, 5, 3
+
+
+def _dqn(**overrides):
+    return ref.build(DQN, ref.mock_env(count=AGENTS, num_actions=3), n_step=N_STEP,
+                     discount=0.9, replay_capacity=500, learning_starts=10 ** 6,
+                     exploration={"type": "none"}, **overrides)
+
+
+def test_a_recording_holds_the_transitions_its_steps_completed():
+    """Recordings of 5 steps, twice, by a greedy DQN: their transitions, one after the
+    other, are the rows a DQN of the same weights stores in its replay memory from 10
+    steps of the same environments in one process (windows run on across recordings;
+    episodes of 2-7 steps end inside them); each recording's TD errors are the NumPy
+    |Q(s, a) - y| of its transitions; its rewards and ends are the steps'."""
+    in_process = _dqn()
+    steps = tf.function(lambda: simulate_steps(in_process._batch_env, in_process,
+                                               2 * LENGTH, False, False))
+    episode_state(in_process._batch_env)
+    steps()
+    memory = in_process.memory
+    count = int(memory.size.numpy())
+    rows = {key: memory._ring.gather(tf.range(count))[key].numpy() for key in FIELDS}
+
+    actor = _dqn()
+    recorder = TransitionRecorder(actor._batch_env, actor, LENGTH)
+    recordings = [recorder.record(), recorder.record()]
+    got = {key: np.concatenate([r["transitions"][key] for r in recordings]) for key in FIELDS}
+    assert count == len(got["reward"]) and count >= 2 * AGENTS * (LENGTH - N_STEP)
+    assert (got["discount"] == 0).any() and (got["discount"] == 0.9 ** N_STEP).any()
+    for key in FIELDS:
+        np.testing.assert_allclose(got[key], rows[key], rtol=1e-6, err_msg=key)
+    state = actor.checkpoint_state
+    q, target = (ref.q_network_weights(state[key]) for key in ("policy", "target_policy"))
+    for recording in recordings:
+        batch = {key: value.astype(np.float64) for key, value in
+                 recording["transitions"].items()}
+        y, *_ = ref.dqn_target(q, target, batch, np.ones((len(batch["reward"]), 3), bool),
+                               True)
+        picked = ref.q_network(q, batch["observ"])[np.arange(len(y)),
+                                                   recording["transitions"]["action"]]
+        np.testing.assert_allclose(recording["td_error"], np.abs(picked - y), rtol=1e-4,
+                                   atol=1e-5)
+        assert recording["reward"].shape == (AGENTS, LENGTH)
+        np.testing.assert_array_equal(recording["length"], [LENGTH] * AGENTS)
+        assert recording["done"].any()
+
+
+def _apex_config(**overrides):
+    return configs.load("cartpole_apex", {
+        "value_layers": [8], "envs_per_actor": 2, "rollout_length": 10, "num_agents": 2,
+        "batch_size": 16, "learning_starts": 1, "jit_update": False, **overrides})
+
+
+class InProcessPool:
+    """Stands in for `pool.ActorPool`: one in-process Ape-X actor that always acts with the
+    newest weights published."""
+
+    def __init__(self, config):
+        self.actor = actor_lib.TransitionActor(config, 0)
+        self.actor.build()
+        self.published = []
+        self.restarts, self.discarded = [0], 0
+
+    def publish(self, version, weights):
+        self.published.append((version, weights))
+
+    def next(self):
+        version, weights = self.published[-1]
+        result = self.actor.collect(version, weights)
+        return Fragment(0, result["version"], result["fragment"], result["scores"],
+                        result["lengths"], result["seconds"], 1)
+
+
+def test_the_learner_holds_the_replay_ratio_and_broadcasts_every_so_many_updates(tmp_path):
+    """6 recordings of 2 x 10 steps at 0.5 updates per step: 10 updates each (60 in all,
+    the version), every transition stored with its actor's priority, the weights published
+    at the start and whenever 16 more updates were made, the actor acting with the
+    learner's step and weights; `apex/replay_ratio` is 0.5 and the version is kept."""
+    steps = 6 * 2 * 10
+    config = _apex_config(steps=steps, eval_every=steps, log_every=40, eval_episodes=0,
+                          broadcast_every=16)
+    built = build.build(config, environments.create_batch(config))
+    pool = InProcessPool(config)
+    loop = ApexLoop(tmp_path, *built, pool=pool, broadcast_every=16, max_policy_lag=None,
+                    steps=steps, eval_every=steps, eval_episodes=0, log_every=40,
+                    progress=False)
+    loop.run()
+    assert loop.version == 60 == int(built.algo.updates.numpy())
+    assert int(built.step.numpy()) == steps
+    assert [version for version, _ in pool.published] == [0, 20, 40, 50]  # 16, 32, 48 crossed.
+    size = int(built.algo.memory.size.numpy())
+    assert 6 * 2 * (10 - 2) <= size <= steps  # 3-step windows: the last 2 steps wait.
+    ratios = _scalars(tmp_path / "train", "apex/replay_ratio")
+    assert ratios and np.allclose(ratios, 0.5)
+    assert _scalars(tmp_path / "train", "dqn/loss"), "the updates' summaries"
+    # The actor acted last with the weights of version 50, the learner's step then 100.
+    actor_algo = pool.actor._recorder._algo
+    _, weights = pool.published[-1]
+    for got, want in zip(actor_algo.apex_variables, weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert int(actor_algo.apex_variables[-1].numpy()) == 100
+    restored = tf.train.Checkpoint(policy_version=tf.Variable(0, dtype=tf.int64))
+    restored.read(loop.manager.latest_checkpoint).expect_partial()
+    assert int(restored.policy_version.numpy()) == 60
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_sac_and_td3_actors_record_and_their_learner_learns(algorithm, tmp_path):
+    """The same machinery for Box actions (Ape-X DPG in the paper): an actor of Pendulum
+    records transitions and the learner updates on them."""
+    keras.utils.set_random_seed(0)
+    config = configs.load("pendulum_sac", {
+        "algorithm": algorithm, "actors": 1, "envs_per_actor": 2, "rollout_length": 8,
+        "num_agents": 2, "policy_layers": [8], "value_layers": [8], "batch_size": 8,
+        "learning_starts": 1, "steps": 32, "eval_every": 32, "eval_episodes": 0,
+        "prioritized_replay": {"alpha": 0.6, "beta": 0.4}, "jit_update": False})
+    built = build.build(config, environments.create_batch(config))
+    pool = InProcessPool(config)
+    loop = ApexLoop(tmp_path, *built, pool=pool, broadcast_every=1, max_policy_lag=None,
+                    steps=32, eval_every=32, eval_episodes=0, log_every=16, progress=False)
+    loop.run()
+    assert loop.version == int(built.algo.updates.numpy()) > 0
+    assert int(built.algo.memory.size.numpy()) > 0
