@@ -137,19 +137,24 @@ def write_run_config(logdir, config):
 
 def inter_op_threads(config):
     """The size of TensorFlow's inter-op thread pool for `config` (int; 0: TensorFlow's
-    default, one per core): `config.inter_op_threads`, or when that is None, 1 for
-    Gymnasium environments stepped in this process and for EnvPool, and 0 otherwise.
+    default, one per core): `config.inter_op_threads`, or when that is None, 0 for the
+    learner of an actor-learner run (`actors` above 0), 1 for Gymnasium environments
+    stepped in this process and for EnvPool, and 0 otherwise.
 
     With the environments in this process, one thread runs a step's ops one after another,
     none handed between threads, which made batch steps faster and BatchPPO's updates no
     slower; with worker processes (`env_backend: processes`) and with the in-graph
     environments of `batchrl.envs` the default was faster (docs/throughput.md, "Why the
-    code is as it is").
+    code is as it is"). A learner steps environments only to evaluate, and with the
+    default pool `minatar_breakout_apex`'s learner made 353 updates/s against 255 with one
+    thread, `cartpole_impala`'s learned from 33,300 steps/s against 30,900 (2026-11-29).
     """
     from batchrl import environments
 
     if config.inter_op_threads is not None:
         return config.inter_op_threads
+    if config.actors:
+        return 0
     if environments.envpool_task(config.env) is not None:
         return 1  # EnvPool's threads step the batch in this process.
     in_process = (config.env_backend == "local"

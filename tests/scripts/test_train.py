@@ -370,6 +370,7 @@ def test_environment_constructor_error_is_one_error_line_naming_the_environment(
     ({"env_backend": "processes", "inter_op_threads": 2}, 2),
     ({"env_backend": "envpool"}, 1),
     ({"env": "envpool:Pendulum-v1"}, 1),
+    ({"env_backend": "local", "actors": 1}, 0),  # A learner: environments only to evaluate.
 ])
 def test_inter_op_threads_follow_where_the_environments_run(overrides, expected):
     assert train.inter_op_threads(configs.load("pendulum", overrides)) == expected
