@@ -104,12 +104,12 @@ def test_a_fault_past_the_restarts_is_one_error_naming_the_actor(ray_cluster, fa
     assert _gone([int(where.rsplit(" ", 1)[1])])
 
 
-def _actor_processes():
-    """The pids of Ray's actor processes of `FragmentActor` (their title names the class)."""
+def _actor_processes(name="FragmentActor"):
+    """The pids of Ray's actor processes of the class `name` (their title names it)."""
     pids = []
     for path in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if path.read_bytes().startswith(b"ray::FragmentActor"):
+            if path.read_bytes().startswith(b"ray::" + name.encode()):
                 pids.append(int(path.parent.name))
         except OSError:
             pass
@@ -155,3 +155,73 @@ def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster,
     assert _version(logdir) > stopped
     assert not _actor_processes()
     assert os.path.exists(logdir / "train")
+
+
+def test_ape_x_keeps_its_replay_memory_through_ctrl_c_and_resume(ray_cluster, tmp_path):
+    """`cartpole_apex` with `save_replay: true`: Ctrl-C saves the learner and its replay
+    memory and stops the actor; the same command resumes with the memory as it was (every
+    step learned from is in it, but for the 2 steps each agent's 3-step window still
+    held) and ends with no actor left."""
+    others = set(_actor_processes("TransitionActor"))  # Another run's, on another Ray.
+
+    def actors():
+        return set(_actor_processes("TransitionActor")) - others
+
+    logdir = tmp_path / "run"
+    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=cartpole_apex",
+               f"--logdir={logdir}", "--no-progress", "--set", "envs_per_actor=4",
+               "--set", "value_layers=[16]", "--set", "num_agents=2", "--set",
+               "eval_episodes=2", "--set", "steps=1500", "--set", "eval_every=500",
+               "--set", "log_every=250", "--set", "learning_starts=100", "--set",
+               "save_replay=true", "--set", "jit_update=false", "--set",
+               f"ray_address={ray_cluster.address}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step"):
+            assert len(actors()) == 1, "".join(lines)
+            process.send_signal(signal.SIGINT)
+            break
+    output = "".join(lines) + process.stdout.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
+    deadline = time.monotonic() + 30
+    while actors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not actors()
+    assert _version(logdir) > 0
+
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    size = int(resumed.stdout.split("Replay memory: ")[1].split(" ")[0].replace(",", ""))
+    assert stopped - 2 * 4 <= size <= stopped, resumed.stdout
+    assert "step      1,5" in resumed.stdout
+    assert not actors()
+
+
+def test_an_ape_x_actor_killed_mid_run_is_replaced_and_the_run_ends(ray_cluster, tmp_path):
+    """SAC in Ape-X mode on `FaultyPendulum`, whose actor's environment kills its process at
+    its 40th step (once): the actor is replaced (`worker_restarts: 1`), the run trains to
+    its end, its replay memory holds the transitions learned from, and no actor is left."""
+    from tests.distributed.test_actor_learner import _scalars
+
+    others = set(_actor_processes("TransitionActor"))
+    logdir = tmp_path / "run"
+    kwargs = f"{{fault: kill, after: 40, once: {tmp_path / 'once'}}}"
+    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum_sac",
+               f"--logdir={logdir}", "--no-progress", "--set", f"env={FAULTY}", "--set",
+               f"env_kwargs={kwargs}", "--set", "max_length=200", "--set", "actors=1",
+               "--set", "envs_per_actor=1", "--set", "rollout_length=10", "--set",
+               "worker_restarts=1", "--set", "policy_layers=[8]", "--set",
+               "value_layers=[8]", "--set", "jit_update=false", "--set", "steps=300",
+               "--set", "eval_every=300", "--set", "eval_episodes=1", "--set",
+               "log_every=100", "--set", "learning_starts=50", "--set",
+               f"ray_address={ray_cluster.address}"]
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert (tmp_path / "once").exists(), "the fault happened"
+    assert _scalars(logdir / "train", "actors/restarts")[-1] == 1
+    assert _scalars(logdir / "train", "apex/replay_fill")[-1] > 0
+    assert not set(_actor_processes("TransitionActor")) - others
