@@ -71,12 +71,19 @@ def _quiet_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def measure_inprocess(config, fragments):
-    """Seconds per fragment of a `FragmentActor` built in this process (median), and one
-    fragment it recorded (for the learner)."""
-    from batchrl.distributed.actor import FragmentActor
+def _actor_class(config):
+    """The actor class of `config`'s algorithm: `TransitionActor` (Ape-X) or
+    `FragmentActor`."""
+    from batchrl.distributed.actor import APEX_ALGORITHMS, FragmentActor, TransitionActor
 
-    actor = FragmentActor(config, 0)
+    return TransitionActor if config.algorithm in APEX_ALGORITHMS else FragmentActor
+
+
+def measure_inprocess(config, fragments):
+    """Seconds per fragment of an actor (`FragmentActor`, or `TransitionActor` for an
+    off-policy algorithm) built in this process (median), and one fragment it recorded
+    (for the learner)."""
+    actor = _actor_class(config)(config, 0)
     actor.build()
     for _ in range(2):
         result = actor.collect(0, None)
@@ -98,9 +105,7 @@ def measure_ray(config, fragments):
     in `ray.get`, median) and `bytes` (of a fragment's arrays)."""
     import ray
 
-    from batchrl.distributed.actor import FragmentActor
-
-    actor = ray.remote(num_cpus=1)(FragmentActor).remote(config, 0, _quiet_tensorflow)
+    actor = ray.remote(num_cpus=1)(_actor_class(config)).remote(config, 0, _quiet_tensorflow)
     ray.get(actor.build.remote())
     for _ in range(2):
         ray.get(actor.collect.remote(0, None))
@@ -122,10 +127,16 @@ def measure_ray(config, fragments):
         calls.append(time.perf_counter() - start)
         recordings.append(result["seconds"])
     ray.kill(actor)
-    size = sum(value.nbytes for value in result["fragment"].values())
+    size = _nbytes(result["fragment"])
     return {"pipelined": pipelined, "call": statistics.median(calls),
             "recording": statistics.median(recordings),
             "receive": statistics.median(receives), "bytes": size}
+
+
+def _nbytes(arrays):
+    """The bytes of a dict of arrays (nested dicts too)."""
+    return sum(_nbytes(value) if isinstance(value, dict) else value.nbytes
+               for value in arrays.values())
 
 
 def measure_learner(config, fragment, kind, updates):
