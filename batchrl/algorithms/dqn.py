@@ -115,7 +115,10 @@ class DQN(off_policy.OffPolicyAlgorithm):
     counted in parameter updates). Actions are
     epsilon-greedy while training (`exploration`, default `{type: epsilon_decay, initial:
     1.0, final: 0.05, steps: 10000}`), greedy otherwise and in exported models (`sample`:
-    epsilon-greedy with the final epsilon). With an observation's `action_mask` (a `Dict`
+    epsilon-greedy with the final epsilon; greedy with `apex_epsilon`, whose epsilons are
+    each agent's own). Diagnostics (TensorBoard, under `dqn/`): `loss`, `q` (mean Q(s, a)
+    of the batch), `gradient_norm`, and `epsilon`, the schedule's (0 unless
+    `epsilon_decay`). With an observation's `action_mask` (a `Dict`
     observation's entry, 1 where an action may be taken), the forbidden actions are never
     greedy, never drawn at random, and never a target's maximum (their Q values count as
     -1e9).
