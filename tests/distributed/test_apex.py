@@ -120,7 +120,7 @@ def test_each_agent_explores_with_its_own_epsilon():
     second = dict(spec, first=4, explorers=8)  # Actor 1 of 2, 4 agents each.
     np.testing.assert_allclose(exploration_lib.apex_epsilons(second, 4),
                                [0.4 ** (1 + i) for i in range(4, 8)], rtol=1e-6)
-    config = configs.load("cartpole_apex", {"actors": 2, "envs_per_actor": 4})
+    config = configs.load("minatar_breakout_apex", {"actors": 2, "envs_per_actor": 4})
     assert actor_lib.actor_config(config, 1).exploration == dict(
         config.exploration, first=4, explorers=8)
     assert actor_lib.actor_config(config, 1).replay_capacity == 1
