@@ -48,9 +48,10 @@ ENVS = {"MinAtar Breakout (DQN)": ("minatar_breakout_apex", {}),
 
 
 def measure_learner(config, recording, calls):
-    """`{"insert": s, "learn": s}`: seconds per call of the learner on `recording` (a
-    `TransitionActor` call's), storing only and storing then updating, medians of
-    `calls` after two that trace; the memory first filled to `learning_starts`."""
+    """`{"insert": s, "learn": s, "batch_size": int}`: seconds per call of the learner on
+    `recording` (a `TransitionActor` call's), storing only and storing then updating,
+    medians of `calls` after two that trace (the memory first filled to
+    `learning_starts`), and the updates' batch size."""
     from batchrl import build as build_lib
     from batchrl import configs, environments
 
@@ -70,6 +71,7 @@ def measure_learner(config, recording, calls):
             if index >= 2:
                 seconds.append(time.perf_counter() - start)
         figures[name] = statistics.median(seconds)
+        figures["batch_size"] = algo.batch_size
         built.batch_env.close()
     return figures
 
@@ -86,8 +88,7 @@ def measure(args):
         inprocess, recording = measure_inprocess(config, args.calls)
         entry = {"config": config_name, "envs_per_actor": config.envs_per_actor,
                  "rollout_length": config.rollout_length,
-                 "updates_per_step": config.updates_per_step,
-                 "batch_size": config.batch_size, "inprocess": inprocess,
+                 "updates_per_step": config.updates_per_step, "inprocess": inprocess,
                  "ray": measure_ray(config, args.calls),
                  "learner": measure_learner(config, recording, args.calls)}
         figures["envs"][name] = entry
@@ -97,26 +98,31 @@ def measure(args):
     return figures
 
 
-def costs(entry):
-    """The model's figures of one config's `entry`: `steps` per call, `actor` (one actor's
-    steps/s on Ray, two in flight), `inprocess`, `ray_cost` (seconds per call),
-    `bytes_per_step`, `insert` (the learner's seconds to store one step's transitions),
-    `learner` (its bound in steps/s at the replay ratio) and `updates` (its updates/s
-    then)."""
+def costs(entry, ratio=None):
+    """The model's figures of one config's `entry` at `ratio` updates per step (None: the
+    config's): `steps` per call, `actor` (one actor's steps/s on Ray, two in flight),
+    `inprocess`, `ray_cost` (seconds per call), `bytes_per_step`, `insert` (the
+    learner's seconds to store one step's transitions), `learner` (its bound in steps/s
+    at the ratio: storing, the ratio's share of the measured updates, and receiving) and
+    `updates` (its updates/s then)."""
     steps = entry["envs_per_actor"] * entry["rollout_length"]
     ray, learner = entry["ray"], entry["learner"]
-    bound = steps / (learner["learn"] + ray["receive"])
+    measured = entry["updates_per_step"]
+    ratio = measured if ratio is None else ratio
+    updating = (learner["learn"] - learner["insert"]) * ratio / measured
+    bound = steps / (learner["insert"] + updating + ray["receive"])
     return {"steps": steps, "actor": steps / ray["pipelined"],
             "inprocess": steps / entry["inprocess"],
             "ray_cost": max(0.0, ray["call"] - ray["recording"]),
             "bytes_per_step": ray["bytes"] / steps, "insert": learner["insert"] / steps,
-            "learner": bound, "updates": entry["updates_per_step"] * bound}
+            "learner": bound, "updates": ratio * bound}
 
 
-def model(entry, nodes, actors_per_node=ACTORS_PER_NODE, bandwidth=BANDWIDTH):
-    """`(steps/s, bound)` on `nodes` nodes: the least of the actors' production, the
-    learner's bound at the replay ratio and the network's, and which it is."""
-    k = costs(entry)
+def model(entry, nodes, ratio=None, actors_per_node=ACTORS_PER_NODE, bandwidth=BANDWIDTH):
+    """`(steps/s, bound)` on `nodes` nodes at `ratio` updates per step (None: the
+    config's): the least of the actors' production, the learner's bound at the ratio and
+    the network's, and which it is."""
+    k = costs(entry, ratio)
     bounds = {"actors": actors_per_node * nodes * k["actor"], "learner": k["learner"],
               "network": bandwidth / k["bytes_per_step"]}
     bound = min(bounds, key=bounds.get)
@@ -143,25 +149,31 @@ def section(figures):
     lines.append("")
     for entry in figures["envs"].values():
         k = costs(entry)
+        measured = entry["updates_per_step"]
+        ratios = (measured, measured / 4, measured / 16)
         lines += [f"**`{entry['config']}`**, {ACTORS_PER_NODE} actors of "
-                  f"{entry['envs_per_actor']} environments per node, the learner on a node "
-                  f"of its own, {entry['updates_per_step']:g} updates of "
-                  f"{entry['batch_size']} per step held:", "",
-                  "| nodes | environments | steps/s | updates/s | per node | bound |",
-                  "|---:|---:|---:|---:|---:|---|"]
-        one, _ = model(entry, 1)
+                  f"{entry['envs_per_actor']} environments per node, the learner (batches "
+                  f"of {entry['learner']['batch_size']}) on a node of its own; steps/s and "
+                  f"the bound at the config's `updates_per_step`, {measured:g}, and at a "
+                  f"quarter and a sixteenth of it:", "",
+                  "| nodes | environments | " + " | ".join(
+                      f"{ratio:g}: steps/s | updates/s | bound" for ratio in ratios) + " |",
+                  "|---:|---:|" + "---:|---:|---|" * len(ratios)]
         for nodes in NODES:
-            rate, bound = model(entry, nodes)
+            cells = []
+            for ratio in ratios:
+                rate, bound = model(entry, nodes, ratio)
+                cells.append(f"{_number(rate)} | {_number(rate * ratio)} | {bound}")
             environments = nodes * ACTORS_PER_NODE * entry["envs_per_actor"]
-            lines.append(f"| {nodes} | {environments:,} | {_number(rate)} "
-                         f"| {_number(rate * entry['updates_per_step'])} "
-                         f"| {rate / (nodes * one):.2f}× | {bound} |")
-        lines += ["", f"The learner's bound, {_number(k['learner'])} steps/s at the held "
-                      f"ratio, is reached at {k['learner'] / (ACTORS_PER_NODE * k['actor']):.2f} "
-                      f"nodes: past it more actors would only raise the ratio's debt, which "
-                      f"the bounded calls in flight refuse (the actors wait). A lower "
-                      f"`updates_per_step` moves the bound up in proportion, as Ape-X's "
-                      f"many actors and low replay ratio do.", ""]
+            lines.append(f"| {nodes} | {environments:,} | " + " | ".join(cells) + " |")
+        reach = "; ".join(
+            f"at {ratio:g}, {_number(costs(entry, ratio)['learner'])} steps/s, reached at "
+            f"{costs(entry, ratio)['learner'] / (ACTORS_PER_NODE * k['actor']):.2f} nodes"
+            for ratio in ratios)
+        lines += ["", f"The learner's bound: {reach}. Past it more actors add nothing: the "
+                      f"learner holds the ratio and the bounded calls in flight make the "
+                      f"actors wait. Only a lower replay ratio (Ape-X's many actors and "
+                      f"about 1.3 replays per transition) or a faster update moves it.", ""]
     lines.append(END)
     return "\n".join(lines) + "\n"
 
