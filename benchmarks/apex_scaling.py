@@ -35,7 +35,14 @@ import time
 
 from benchmarks import ROOT, child_environment, replace_marked
 from benchmarks.actor_scaling import (
-    ACTORS_PER_NODE, BANDWIDTH, NODES, _config, _number, measure_inprocess, measure_ray)
+    ACTORS_PER_NODE,
+    BANDWIDTH,
+    NODES,
+    _config,
+    _number,
+    measure_inprocess,
+    measure_ray,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

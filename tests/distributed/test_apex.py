@@ -26,7 +26,7 @@ from tests.distributed.test_actor_learner import _scalars
 GAMMA = 0.985  # default.yaml's discount.
 
 
-def _box_batch(algo):
+def _box_batch():
     batch = ref.box_batch(8, 2, GAMMA)
     del batch["weight"]
     return batch
@@ -43,7 +43,7 @@ def test_an_actors_first_priorities_are_its_networks_absolute_td_errors(algorith
         state = algo.checkpoint_state
         ref.perturb(state["target_policy"], 0.5, seed=1)
         rng = np.random.default_rng(0)
-        batch = _box_batch(algo)
+        batch = _box_batch()
         batch["action"] = rng.integers(0, 4, 8).astype(np.int32)
         q, target = (ref.q_network_weights(state[key]) for key in ("policy", "target_policy"))
         y, *_ = ref.dqn_target(q, target, batch, np.ones((8, 4), bool), True)
@@ -53,7 +53,7 @@ def test_an_actors_first_priorities_are_its_networks_absolute_td_errors(algorith
         algo = ref.build(cls, ref.mock_env(action_size=2), init_temperature=0.5)
         state = algo.checkpoint_state
         ref.perturb(state["target_critic"], 0.3, seed=1)
-        batch = _box_batch(algo)
+        batch = _box_batch()
         noise = ref.clone(algo._random).normal([8, 2]).numpy().astype(np.float64)
         critic = ref.twin_q_weights(state["critic"])
         target_critic = ref.twin_q_weights(state["target_critic"])
