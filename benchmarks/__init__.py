@@ -13,6 +13,7 @@ package):
 Each program's `--help` and module docstring say what it measures and where it writes.
 """
 
+import json
 import os
 import pathlib
 
@@ -48,3 +49,24 @@ def replace_marked(path, section, begin, end):
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + section
     path.write_text(text)
+
+
+def publish(args, json_path, measure, sections):
+    """What a measuring program's `main` does with its figures: reads them from `json_path`
+    (`args.report_only`) or measures them (`measure(args)`), prints each section of
+    `sections(figures)` (a list of `(page, text, begin, end)`: a docs page, its marked
+    section), and with `args.write` keeps measured figures in `json_path` and rewrites each
+    section of its page (`replace_marked`). Returns the figures."""
+    json_path = pathlib.Path(json_path)
+    figures = json.loads(json_path.read_text()) if args.report_only else measure(args)
+    parts = sections(figures)
+    for _, text, _, _ in parts:
+        print(text)
+    if args.write:
+        if not args.report_only:
+            json_path.write_text(json.dumps(figures, indent=2) + "\n")
+            print(f"Wrote {json_path}.")
+        for page, text, begin, end in parts:
+            replace_marked(page, text, begin, end)
+            print(f"Wrote the section of {page}.")
+    return figures

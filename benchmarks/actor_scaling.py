@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from benchmarks import ROOT, child_environment, replace_marked
+from benchmarks import ROOT, child_environment, publish, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -296,14 +296,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
-    figures = json.loads(JSON.read_text()) if args.report_only else measure(args)
-    text = section(figures)
-    print(text)
-    if args.write:
-        if not args.report_only:
-            JSON.write_text(json.dumps(figures, indent=2) + "\n")
-        write_section(SCALING, text)
-        print(f"Wrote {JSON} and the section of {SCALING}.")
+    publish(args, JSON, measure,
+            lambda figures: [(SCALING, section(figures), BEGIN, END)])
     return 0
 
 

@@ -33,7 +33,7 @@ import statistics
 import sys
 import time
 
-from benchmarks import ROOT, child_environment, replace_marked
+from benchmarks import ROOT, child_environment, publish
 from benchmarks.actor_scaling import (
     ACTORS_PER_NODE,
     BANDWIDTH,
@@ -197,14 +197,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
-    figures = json.loads(JSON.read_text()) if args.report_only else measure(args)
-    text = section(figures)
-    print(text)
-    if args.write:
-        if not args.report_only:
-            JSON.write_text(json.dumps(figures, indent=2) + "\n")
-        replace_marked(SCALING, text, BEGIN, END)
-        print(f"Wrote {JSON} and the section of {SCALING}.")
+    publish(args, JSON, measure,
+            lambda figures: [(SCALING, section(figures), BEGIN, END)])
     return 0
 
 

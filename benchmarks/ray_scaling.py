@@ -36,7 +36,6 @@ import argparse
 import datetime
 import functools
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -44,7 +43,7 @@ import time
 
 import numpy as np
 
-from benchmarks import ROOT, child_environment, replace_marked
+from benchmarks import ROOT, child_environment, publish, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -420,15 +419,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]
-    figures = json.loads(JSON.read_text()) if args.report_only else measure(args)
-    print(performance_section(figures))
-    print(scaling_section(figures))
-    if args.write:
-        if not args.report_only:
-            JSON.write_text(json.dumps(figures, indent=2) + "\n")
-        write_section(PERFORMANCE, performance_section(figures), "performance")
-        write_section(SCALING, scaling_section(figures), "scaling")
-        print(f"Wrote {JSON}, the sections of {PERFORMANCE} and {SCALING}.")
+    publish(args, JSON, measure, lambda figures: [
+        (PERFORMANCE, performance_section(figures), *SECTIONS["performance"]),
+        (SCALING, scaling_section(figures), *SECTIONS["scaling"])])
     return 0
 
 

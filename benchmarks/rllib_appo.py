@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks import ROOT, child_environment, replace_marked
+from benchmarks import ROOT, child_environment, publish
 
 JSON = ROOT / "docs" / "rllib_benchmark.json"
 PAGE = ROOT / "docs" / "distributed.md"
@@ -177,15 +177,7 @@ def main(argv=None):
     parser.add_argument("--report-only", action="store_true",
                         help=f"no measurement: report docs/{JSON.name}")
     args = parser.parse_args(argv)
-    figures = json.loads(JSON.read_text()) if args.report_only else measure(args)
-    text = section(figures)
-    print(text)
-    if args.write:
-        if not args.report_only:
-            JSON.write_text(json.dumps(figures, indent=2) + "\n")
-            print(f"Wrote {JSON}.")
-        replace_marked(PAGE, text, BEGIN, END)
-        print(f"Wrote the section of {PAGE}.")
+    publish(args, JSON, measure, lambda figures: [(PAGE, section(figures), BEGIN, END)])
     return 0
 
 
