@@ -122,6 +122,24 @@ def _version(logdir):
     return int(checkpoint.policy_version.numpy())
 
 
+def _interrupt_at_first_step(command, actors, expected):
+    """Starts the train `command`, checks at its first `step` line that `actors()` (a
+    callable) counts `expected` actor processes, sends Ctrl-C (SIGINT), and returns its
+    whole output once it stopped with the code of SIGINT."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step"):
+            assert len(actors()) == expected, "".join(lines)
+            process.send_signal(signal.SIGINT)
+            break
+    output = "".join(lines) + process.stdout.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    return output
+
+
 def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
     logdir = tmp_path / "run"
     command = [sys.executable, "-m", "batchrl.scripts.train", "--config=cartpole_impala",
@@ -129,17 +147,7 @@ def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster,
                "envs_per_actor=4", "--set", "num_agents=2", "--set", "eval_episodes=2",
                "--set", "steps=3000", "--set", "eval_every=1000", "--set", "log_every=500",
                "--set", f"ray_address={ray_cluster.address}"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("step"):
-            assert len(_actor_processes()) == 2, "".join(lines)
-            process.send_signal(signal.SIGINT)
-            break
-    output = "".join(lines) + process.stdout.read()
-    assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    output = _interrupt_at_first_step(command, _actor_processes, 2)
     assert "Stopped at step" in output
     assert "Actors: 2 Ray actors of 4 environments each (8 in all) on 2 nodes." in output
     deadline = time.monotonic() + 30
@@ -175,17 +183,7 @@ def test_ape_x_keeps_its_replay_memory_through_ctrl_c_and_resume(ray_cluster, tm
                "--set", "log_every=250", "--set", "learning_starts=100", "--set",
                "save_replay=true", "--set", "jit_update=false", "--set",
                f"ray_address={ray_cluster.address}"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("step"):
-            assert len(actors()) == 1, "".join(lines)
-            process.send_signal(signal.SIGINT)
-            break
-    output = "".join(lines) + process.stdout.read()
-    assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    output = _interrupt_at_first_step(command, actors, 1)
     stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
     deadline = time.monotonic() + 30
     while actors() and time.monotonic() < deadline:
