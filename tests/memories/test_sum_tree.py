@@ -14,13 +14,18 @@ def _reference_find(leaves, targets):
     return np.searchsorted(np.cumsum(leaves), targets, side="right")
 
 
-def _check_inner_nodes(tree):
-    """Every inner node holds the sum of its two children."""
+def _check_inner_nodes(tree, levels_per_step=4):
+    """Every node of a kept level holds the sum of the leaves below it: the kept levels are
+    the root and every `levels_per_step`-th level up from the leaves."""
     values = tree.tree.numpy().astype(np.float64)
-    leaves = len(values) // 2
-    nodes = np.arange(1, leaves)
-    np.testing.assert_allclose(values[nodes], values[2 * nodes] + values[2 * nodes + 1],
-                               rtol=1e-6)
+    leaves = values[len(values) // 2:]
+    depth = tree.depth
+    kept = [0] + list(range(depth % levels_per_step or levels_per_step, depth + 1,
+                            levels_per_step))
+    assert tree.summed_levels == kept
+    for level in kept[:-1]:
+        nodes = values[1 << level:2 << level]
+        np.testing.assert_allclose(nodes, leaves.reshape(len(nodes), -1).sum(1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("capacity, levels_per_step", [(13, 4), (13, 1), (64, 4), (300, 3),
@@ -44,7 +49,7 @@ def test_set_find_total_match_numpy(capacity, levels_per_step):
         found = tree.find(targets).numpy()
         np.testing.assert_array_equal(found, _reference_find(leaves, targets))
         assert np.all(leaves[found] > 0)
-        _check_inner_nodes(tree)
+        _check_inner_nodes(tree, levels_per_step)
 
 
 def test_duplicates_in_set_last_write_wins():
