@@ -4,8 +4,9 @@ Schaul et al. 2016, "Prioritized Experience Replay" (arXiv:1511.05952), sec. 3.3
 B.2.1: every inner node holds the sum of its children, so that the total is the root, a leaf
 is found from a prefix sum by one descent, and a leaf is changed by recomputing its
 ancestors. Here a node has `2^k` children (`levels_per_step` k, 4 by default): the descent
-and the update take `log2(P) / k` steps of one gather each. All methods are graph code with static shapes: they run eagerly, inside
-`tf.function` and inside `tf.function(jit_compile=True)` (XLA).
+and the update take `log2(P) / k` steps of one gather each. All methods are graph code
+with static shapes: they run eagerly, inside `tf.function` and inside
+`tf.function(jit_compile=True)` (XLA).
 """
 
 import tensorflow as tf
