@@ -20,12 +20,14 @@ def config(algorithm, **overrides):
     return configs.load("default", {"algorithm": algorithm, **SMALL, **overrides})
 
 
-def mock_env(observ_size=3, action_size=2, count=2, num_actions=None):
+def mock_env(observ_size=3, action_size=2, count=2, num_actions=None, truncate=()):
     """An in-graph batch of MockEnvironments with `Box(-1, 1, (action_size,))` actions, or
-    `Discrete(num_actions)` ones."""
+    `Discrete(num_actions)` ones; those of the indices `truncate` end their episodes by
+    truncation, the others by termination."""
     shape = (action_size,) if num_actions is None else ()
-    envs = [MockEnvironment((observ_size,), shape, 2, 7, num_actions=num_actions)
-            for _ in range(count)]
+    envs = [MockEnvironment((observ_size,), shape, 2, 7, truncate=index in truncate,
+                            num_actions=num_actions)
+            for index in range(count)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))

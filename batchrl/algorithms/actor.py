@@ -193,15 +193,21 @@ class OffPolicyActor(Actor):
         """As `Actor.act`; the exploration's noise state is that of the agents
         `agent_indices` (int32 `[n]`; None: 0 to n - 1)."""
         normalized = self.observ_filter.transform(observ)
+        return self.choose(normalized, explore, agent_indices, lambda: self.explore(normalized),
+                           lambda: self.greedy(normalized)), state
+
+    def choose(self, normalized, explore, agent_indices, proposed, greedy):
+        """The action of `act` for normalized observations `[n, ...]`: the exploration
+        (agents `agent_indices`, None: 0 to n - 1) applied to `proposed()` when `explore`
+        (a Python bool or a bool scalar tensor), else `greedy()`; both zero-argument
+        callables returning `[n, *action_shape]` (only the one chosen runs)."""
         if agent_indices is None:
-            agent_indices = tf.range(tf.shape(observ)[0])
+            agent_indices = tf.range(tf.shape(normalized)[0])
 
         def explored():
-            action = self.explore(normalized)
-            return self.exploration(agent_indices, action, self.step, self.generator,
+            return self.exploration(agent_indices, proposed(), self.step, self.generator,
                                     **self.exploration_kwargs(normalized))
 
         if isinstance(explore, bool):
-            return (explored() if explore else self.greedy(normalized)), state
-        return tf.cond(tf.convert_to_tensor(explore), explored,
-                       lambda: self.greedy(normalized)), state
+            return explored() if explore else greedy()
+        return tf.cond(tf.convert_to_tensor(explore), explored, greedy)

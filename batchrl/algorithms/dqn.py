@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms import off_policy
 from batchrl.algorithms.actor import OffPolicyActor
+from batchrl.algorithms.base import checked
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
 from batchrl.optimizers.keras_optimizer import adam
@@ -86,6 +87,17 @@ class DQNActor(OffPolicyActor):
 
     def greedy(self, observ):
         return tf.argmax(self.masked_q(observ), -1, output_type=tf.int32)
+
+    def act_with_values(self, observ, explore, agent_indices):
+        """`act`'s action and the Q values it chose from: `(action, q)`, int32 `[n]` and
+        float32 `[n, num_actions]`, Q(s, .) of the normalized observations with the mask's
+        -1e9 (`masked_q`), from the one network pass that acting makes anyway. Arguments
+        as `act`'s."""
+        normalized = self.observ_filter.transform(observ)
+        q = self.masked_q(normalized)
+        greedy = tf.argmax(q, -1, output_type=tf.int32)
+        return self.choose(normalized, explore, agent_indices, lambda: greedy,
+                           lambda: greedy), q
 
     def exploration_kwargs(self, observ):
         return {"allowed": self.allowed(observ)}
@@ -164,12 +176,52 @@ class DQN(off_policy.OffPolicyAlgorithm):
         return tf.gather(self._q(batch["observ"]), tf.cast(batch["action"], tf.int32),
                          batch_dims=1)
 
-    def _bootstrap_target(self, batch):
+    def _bootstrap_target(self, batch, next_q=None):
+        """`double_q_target` of a batch of normalized observations; `next_q`, the online
+        Q(s', .) if computed before (None: computed here)."""
         nextob = batch["nextob"]
+        if next_q is None:
+            next_q = self._acting.masked_q(nextob)
         return tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], self._acting.masked_q(nextob),
+            batch["reward"], batch["discount"], next_q,
             self._acting.masked_q(nextob, self._target_q(nextob)),
             bool(self._config.double_q)))
+
+    def perform_with_values(self, agent_indices, observ):
+        """`perform`'s actions and the Q values they were chosen from: `(action, q)`, int32
+        `[n]` and float32 `[n, num_actions]` (`DQNActor.act_with_values`). An Ape-X actor
+        keeps them for its transitions' TD errors (`td_error_from_values`).
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
+        with tf.name_scope("perform"):
+            action, q = self._acting.act_with_values(observ, self._is_training,
+                                                     agent_indices)
+            return checked(action), q
+
+    def online_values(self, observ):
+        """Q(s, .) of the online network for raw observations `[n, ...]`, as acting computes
+        it (normalized, with the mask's -1e9): float32 `[n, num_actions]`."""
+        return self._acting.masked_q(self._normalized(observ))
+
+    def td_error_from_values(self, batch, q_taken, next_q):
+        """`td_error` from Q values computed before: `|Q(s, a) - y|` with `Q(s, a)` =
+        `q_taken` and y = `double_q_target` of the online values `next_q` = Q(s', .) and
+        the target network's on `nextob`, its one network pass. Horgan et al. 2018
+        (arXiv:1803.00933), algorithm 1: an actor's transitions take their first priorities
+        from the Q values it acted with.
+
+        Args:
+          batch: dict of `reward`, `discount` float32 `[n]` and raw `nextob` `[n, ...]`.
+          q_taken: float32 `[n]`, Q(s, a) of the transitions' first steps.
+          next_q: float32 `[n, num_actions]`, `online_values` of their `nextob`.
+
+        Returns:
+          float32 `[n]`.
+        """
+        batch = dict(batch, nextob=self._normalized(batch["nextob"]))
+        return tf.abs(q_taken - self._bootstrap_target(batch, next_q))
 
     def _update_step(self, batch):
         config = self._config

@@ -6,6 +6,7 @@ al. 2018, "Distributed Prioritized Experience Replay", arXiv:1803.00933, algorit
 import numpy as np
 import tensorflow as tf
 
+from batchrl.distributed.acting_values import ActingValues
 from batchrl.drivers.simulate import episode_state, simulate_steps
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.n_step import NStepAccumulator
@@ -56,6 +57,10 @@ class TransitionRecorder:
             agents * (self._length + memory.n_step - 1))
         self._steps = EpisodeMemory({"reward": ((), tf.float32), "done": ((), tf.bool)},
                                     agents, self._length, "steps")
+        # DQN keeps the Q values it acts with for the TD errors (`ActingValues`).
+        self._values = None
+        if hasattr(algo, "perform_with_values"):
+            self._values = ActingValues(algo, agents, memory.n_step, self._outbox.capacity)
         episode_state(batch_env)  # Its variables exist before the first trace.
         self._collect = tf.function(self._collect_steps, autograph=False)
 
@@ -69,11 +74,19 @@ class TransitionRecorder:
         episode's (a new episode begins without the old one ending, as
         `ReplayMemory.reset_agents` does) and zeroes their exploration's noise."""
         agent_indices = tf.cast(agent_indices, tf.int32)
-        return after([self._accumulator.flush(agent_indices, self._write),
-                      self._algo.actor.exploration.reset(agent_indices)], True)
+        if self._values is None:
+            return after([self._accumulator.flush(agent_indices, self._write),
+                          self._algo.actor.exploration.reset(agent_indices)], True)
+        flushed = self._accumulator.flush(agent_indices, self._values.writer(self._outbox.write))
+        with tf.control_dependencies([flushed]):
+            reset = self._values.reset(agent_indices)
+        return after([reset, self._algo.actor.exploration.reset(agent_indices)], True)
 
     def perform(self, agent_indices, observ):
-        """The algorithm's explored actions for the given agents (`OffPolicyAlgorithm.perform`)."""
+        """The algorithm's explored actions for the given agents (`OffPolicyAlgorithm.perform`;
+        DQN's through `ActingValues.perform`, which keeps their Q values)."""
+        if self._values is not None:
+            return self._values.perform(agent_indices, observ)
         return self._algo.perform(agent_indices, observ)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
@@ -82,8 +95,10 @@ class TransitionRecorder:
         agent_indices = tf.cast(agent_indices, tf.int32)
         terminated = tf.gather(self._batch_env.terminated, agent_indices)
         truncated = tf.logical_and(done, tf.logical_not(terminated))
+        write = self._write if self._values is None else self._values.writer(
+            self._outbox.write, agent_indices, action, done)
         added = self._accumulator.add(agent_indices, observ, action, reward, terminated,
-                                      truncated, nextob, self._write)
+                                      truncated, nextob, write)
         recorded = self._steps.append({"reward": reward, "done": done}, agent_indices)
         return after([added, recorded], True)
 
@@ -101,7 +116,10 @@ class TransitionRecorder:
         with tf.control_dependencies(list(steps)):
             count = self._outbox.size.value()
             transitions = self._outbox.gather(tf.range(count))
-            td_error = self._algo.td_error(transitions)
+            if self._values is None:
+                td_error = self._algo.td_error(transitions)
+            else:
+                td_error = self._values.td_error(transitions, count)
             fields, length = self._steps.data()
         read = list(transitions.values()) + list(fields.values()) + [td_error, length]
         with tf.control_dependencies(read):

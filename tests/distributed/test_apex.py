@@ -137,36 +137,47 @@ def test_each_agent_explores_with_its_own_epsilon():
         exploration_lib.parse({"type": "apex_epsilon", "epsilon": 2}, discrete=True)
 
 
-AGENTS, LENGTH, N_STEP = 3, 5, 3
+AGENTS, LENGTH, N_STEP, RECORDINGS = 3, 5, 3, 4
 
 
 def _dqn(**overrides):
-    return ref.build(DQN, ref.mock_env(count=AGENTS, num_actions=3), n_step=N_STEP,
-                     discount=0.9, replay_capacity=500, learning_starts=10 ** 6,
-                     exploration={"type": "none"}, **overrides)
+    settings = {"n_step": N_STEP, "discount": 0.9, "replay_capacity": 500,
+                "learning_starts": 10 ** 6, "exploration": {"type": "none"}, **overrides}
+    algo = ref.build(DQN, ref.mock_env(count=AGENTS, num_actions=3, truncate=(0, 2)),
+                     **settings)
+    ref.perturb(algo.checkpoint_state["policy"], 1.0, seed=5)  # Greedy actions vary.
+    return algo
 
 
-def test_a_recording_holds_the_transitions_its_steps_completed():
-    """Recordings of 5 steps, twice, by a greedy DQN: their transitions, one after the
-    other, are the rows a DQN of the same weights stores in its replay memory from 10
-    steps of the same environments in one process (windows run on across recordings;
-    episodes of 2-7 steps end inside them); each recording's TD errors are the NumPy
-    |Q(s, a) - y| of its transitions; its rewards and ends are the steps'."""
-    in_process = _dqn()
+@pytest.mark.parametrize("n_step", [N_STEP, 1])
+def test_a_recording_holds_the_transitions_its_steps_completed(n_step):
+    """Four recordings of 5 steps by a greedy DQN: their transitions, one after the other,
+    are the rows a DQN of the same weights stores in its replay memory from 20 steps of
+    the same environments in one process (windows run on across recordings;
+    episodes of 2-7 steps end inside them, agents 0's and 2's by truncation); each recording's TD
+    errors are the NumPy |Q(s, a) - y| of its transitions (the target network differs),
+    though DQN's recorder computes them from the Q values it acted with
+    (`ActingValues`); its rewards and ends are the steps'."""
+    in_process = _dqn(n_step=n_step)
     steps = tf.function(lambda: simulate_steps(in_process._batch_env, in_process,
-                                               2 * LENGTH, False, False))
+                                               RECORDINGS * LENGTH, False, False))
     episode_state(in_process._batch_env)
     steps()
     memory = in_process.memory
     count = int(memory.size.numpy())
     rows = {key: memory._ring.gather(tf.range(count))[key].numpy() for key in FIELDS}
 
-    actor = _dqn()
+    actor = _dqn(n_step=n_step)
+    ref.perturb(actor.checkpoint_state["target_policy"], 0.5, seed=1)
     recorder = TransitionRecorder(actor._batch_env, actor, LENGTH)
-    recordings = [recorder.record(), recorder.record()]
+    assert recorder._values is not None
+    recordings = [recorder.record() for _ in range(RECORDINGS)]
     got = {key: np.concatenate([r["transitions"][key] for r in recordings]) for key in FIELDS}
-    assert count == len(got["reward"]) and count >= 2 * AGENTS * (LENGTH - N_STEP)
-    assert (got["discount"] == 0).any() and (got["discount"] == 0.9 ** N_STEP).any()
+    assert count == len(got["reward"]) and count >= RECORDINGS * AGENTS * (LENGTH - n_step)
+    discounts = got["discount"]
+    assert (discounts == 0).any() and (discounts == 0.9 ** n_step).any()
+    if n_step > 1:  # Truncated windows bootstrap after fewer steps.
+        assert ((discounts > 0) & (discounts > 0.9 ** n_step)).any()
     for key in FIELDS:
         np.testing.assert_allclose(got[key], rows[key], rtol=1e-6, err_msg=key)
     state = actor.checkpoint_state
