@@ -31,7 +31,8 @@ class TransitionRecorder:
         (the n-step return) and `discount` (`discount^k`, 0 after a termination), as
         `ReplayMemory.insert` takes them; m is at most `B (T + n_step - 1)`.
       `td_error`: float32 `[m]`, their absolute TD errors under the actor's networks
-        (`OffPolicyAlgorithm.td_error`), which the learner's prioritized replay makes their
+        (`OffPolicyAlgorithm.td_error`; DQN's from the Q values it acted with,
+        `acting_values.ActingValues`), which the learner's prioritized replay makes their
         first priorities.
       `reward`, `done`: float32 and bool `[B, T]`, the steps' rewards and ends (for the
         episodes' scores: `batchrl.distributed.actor.episodes`).
