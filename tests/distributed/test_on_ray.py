@@ -125,7 +125,8 @@ def _version(logdir):
 def _interrupt_at_first_step(command, actors, expected):
     """Starts the train `command`, checks at its first `step` line that `actors()` (a
     callable) counts `expected` actor processes, sends Ctrl-C (SIGINT), and returns its
-    whole output once it stopped with the code of SIGINT."""
+    whole output once it stopped with the code of SIGINT and, within 30 s, no actor process
+    was left."""
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -137,6 +138,10 @@ def _interrupt_at_first_step(command, actors, expected):
             break
     output = "".join(lines) + process.stdout.read()
     assert process.wait(timeout=120) == 128 + signal.SIGINT, output
+    deadline = time.monotonic() + 30
+    while actors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not actors()
     return output
 
 
@@ -150,10 +155,6 @@ def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster,
     output = _interrupt_at_first_step(command, _actor_processes, 2)
     assert "Stopped at step" in output
     assert "Actors: 2 Ray actors of 4 environments each (8 in all) on 2 nodes." in output
-    deadline = time.monotonic() + 30
-    while _actor_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _actor_processes()
     stopped = _version(logdir)
     assert stopped > 0
 
@@ -185,10 +186,6 @@ def test_ape_x_keeps_its_replay_memory_through_ctrl_c_and_resume(ray_cluster, tm
                f"ray_address={ray_cluster.address}"]
     output = _interrupt_at_first_step(command, actors, 1)
     stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    deadline = time.monotonic() + 30
-    while actors() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not actors()
     assert _version(logdir) > 0
 
     resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
