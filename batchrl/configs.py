@@ -44,7 +44,7 @@ _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "max_policy_lag"}
 _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_update_rate"}
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
-_OPTIONAL_MAPPING = {"prioritized_replay", "exploration"}
+_OPTIONAL_MAPPING = {"prioritized_replay", "replay_frame_stack", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
 ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "appo", "sac", "td3", "dqn")
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).

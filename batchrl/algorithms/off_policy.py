@@ -113,7 +113,9 @@ class OffPolicyAlgorithm(Algorithm):
       config: with `discount`, `normalize_observ`, `observ_clip`, `replay_capacity`,
         `learning_starts`, `updates_per_step`, `batch_size` (None: the subclass's
         `default_batch_size`), `n_step`, `prioritized_replay` (None or `{alpha, beta,
-        epsilon}`), `save_replay` (read by the train command: `checkpoint_state`),
+        epsilon}`), `replay_frame_stack` (None or `{frames, axis, window}`: stacked uint8
+        frames kept once, `ReplayMemory`'s `frame_stack`), `save_replay` (read by the
+        train command: `checkpoint_state`),
         `exploration` (None: the `default_exploration` of the subclass's `actor_class`),
         `target_update_rate`
         and `target_update_every` (None: the subclass's `default_target_update_rate` and
@@ -123,10 +125,10 @@ class OffPolicyAlgorithm(Algorithm):
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
 
     Raises:
-      ValueError: a bad `exploration` or `prioritized_replay` spec, or an action space
-        the algorithm cannot act in (not `Discrete` for DQN; for SAC and TD3 a leaf that
-        is not a `Box` with finite bounds, `check_box_actions`); the ranges of the other
-        keys are checked by `configs.load`.
+      ValueError: a bad `exploration`, `prioritized_replay` or `replay_frame_stack` spec, or
+        an action space the algorithm cannot act in (not `Discrete` for DQN; for SAC and
+        TD3 a leaf that is not a `Box` with finite bounds, `check_box_actions`); the ranges
+        of the other keys are checked by `configs.load`.
     """
 
     name = "off_policy"
@@ -141,7 +143,8 @@ class OffPolicyAlgorithm(Algorithm):
     default_target_update_every = 1
     config_keys = frozenset({
         "discount", "normalize_observ", "observ_clip", "replay_capacity", "learning_starts",
-        "updates_per_step", "batch_size", "n_step", "prioritized_replay", "save_replay",
+        "updates_per_step", "batch_size", "n_step", "prioritized_replay",
+        "replay_frame_stack", "save_replay",
         "exploration", "target_update_rate", "target_update_every", "policy_lr", "value_lr",
         "max_gradient_norm", "jit_update",
         "rollout_length"})  # Read by the Ape-X actors: the steps of an actor's call.
@@ -179,7 +182,8 @@ class OffPolicyAlgorithm(Algorithm):
             int(config.replay_capacity), self._num_agents, n_step=int(config.n_step),
             discount=float(config.discount), prioritized=config.prioritized_replay,
             seed=config.seed + 1, byte_elements=getattr(
-                batch_env.observation_space, "byte_valued", None))
+                batch_env.observation_space, "byte_valued", None),
+            frame_stack=config.get("replay_frame_stack"))
         with tf.name_scope(self.name):
             # Updates owed: updates_per_step per transition, whole ones run at once.
             self._debt = tf.Variable(0.0, trainable=False, name="update_debt")

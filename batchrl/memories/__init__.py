@@ -5,6 +5,7 @@ from batchrl import _lazy
 
 _EXPORTS = {
     "EpisodeMemory": "batchrl.memories.episode",
+    "FrameStackStorage": "batchrl.memories.frame_storage",
     "NStepAccumulator": "batchrl.memories.n_step",
     "ObservationStorage": "batchrl.memories.observation_storage",
     "PrioritizedSampler": "batchrl.memories.samplers",

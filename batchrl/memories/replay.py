@@ -9,7 +9,8 @@ and restores it. Every method is graph code with static shapes: it runs eagerly,
 `tf.function` and inside `tf.function(jit_compile=True)` (XLA), also within a `tf.while_loop`.
 
 `ReplayMemory` composes three parts that also work apart: the storage
-(`batchrl.memories.storage.TransitionStorage`), the n-step accumulator
+(`batchrl.memories.storage.TransitionStorage`, or for stacked frames kept once
+`batchrl.memories.frame_storage.FrameStackStorage`), the n-step accumulator
 (`batchrl.memories.n_step.NStepAccumulator`), which hands the transitions it completes to a
 writer, and a sampler (`batchrl.memories.samplers`). A learner in another process can own a
 storage and a sampler while each actor runs an accumulator whose writer sends transitions
@@ -19,6 +20,7 @@ to it.
 import numpy as np
 import tensorflow as tf
 
+from batchrl.memories.frame_storage import FrameStackStorage
 from batchrl.memories.n_step import NStepAccumulator
 from batchrl.memories.observation_storage import ObservationStorage
 from batchrl.memories.samplers import PRIORITIZED_DEFAULTS, PrioritizedSampler, UniformSampler
@@ -72,6 +74,26 @@ def _check_prioritized(prioritized):
     return config
 
 
+FRAME_STACK_DEFAULTS = {"axis": 0, "window": 4096}
+# Sampling uniform over the live slots of a `FrameStackStorage`: every priority 1, weights 1.
+_UNIFORM_OVER_SLOTS = {"alpha": 0.0, "beta": 0.0, "epsilon": 1.0}
+
+
+def _check_frame_stack(frame_stack):
+    """The frame-stack settings with defaults filled in, or None; ValueError on an unknown
+    or missing key (the values are checked by `FrameStackStorage`)."""
+    if frame_stack is None:
+        return None
+    if not isinstance(frame_stack, dict) or "frames" not in frame_stack:
+        raise ValueError(f"ReplayMemory: frame_stack must be None or a dict with frames (and "
+                         f"optional axis, window), got {frame_stack!r}")
+    unknown = sorted(set(frame_stack) - {"frames", *FRAME_STACK_DEFAULTS})
+    if unknown:
+        raise ValueError(f"ReplayMemory: unknown frame_stack key(s) {unknown}; the keys are "
+                         f"{sorted({'frames', *FRAME_STACK_DEFAULTS})}")
+    return {**FRAME_STACK_DEFAULTS, **frame_stack}
+
+
 class ReplayMemory(tf.Module):
     """Ring buffer of transitions with n-step returns and optional prioritized sampling.
 
@@ -94,6 +116,10 @@ class ReplayMemory(tf.Module):
     and keeps the observation after its last step (`reset_agents` bootstraps from it).
     When prioritized, `priorities` is the `SumTree` of the rows' priorities; `generator`
     is the sampling's `tf.random.Generator`.
+    With `frame_stack`, observations are stacks of uint8 frames kept once each
+    (`batchrl.memories.frame_storage.FrameStackStorage`): `storage` holds `frames` and
+    `fingerprint` per slot, `observ` and `nextob` as the slots of their frames, and `live`;
+    sampling (uniform or prioritized) goes through `priorities` over its slots.
 
     Args:
       observ_spec: `(shape, dtype)` of one observation (a flat tensor); observations are
@@ -110,17 +136,22 @@ class ReplayMemory(tf.Module):
       byte_elements: None, or bool array of the observation shape: for float32 vector
         observations (flattened nested ones), the elements that are always integers in
         [0, 255] (pixels, one-hot elements), stored as uint8.
+      frame_stack: None (whole observations), or a dict of `frames` (int, the frames of a
+        stack), `axis` (0 or -1, the stacked axis; default 0) and `window` (int, the slots
+        behind a write whose frames it may share; default 4096): uint8 observations that
+        stack `frames` frames, each frame kept once (`FrameStackStorage`).
       name: name scope of the variables.
 
     Raises:
       ValueError: if `capacity`, `num_agents` or `n_step` is < 1 or not an int, `discount` is
         outside [0, 1], a spec is not `(shape, dtype)`, `prioritized` has an unknown key or
-        a value out of range, or `byte_elements` has another shape; the message names the
-        culprit.
+        a value out of range, `byte_elements` has another shape, or `frame_stack` has an
+        unknown key or a value `FrameStackStorage` refuses; the message names the culprit.
     """
 
     def __init__(self, observ_spec, action_spec, capacity, num_agents, n_step=1, discount=0.99,
-                 prioritized=None, seed=0, byte_elements=None, name="replay"):
+                 prioritized=None, seed=0, byte_elements=None, frame_stack=None,
+                 name="replay"):
         super().__init__(name=name)
         self._observ_spec = _check_spec(observ_spec, "observ_spec")
         observations = ObservationStorage(*self._observ_spec, byte_elements)
@@ -132,11 +163,18 @@ class ReplayMemory(tf.Module):
             raise ValueError(f"ReplayMemory: discount must be in [0, 1], got {discount!r}")
         self._discount = float(discount)
         self._prioritized = _check_prioritized(prioritized)
+        self._frame_stack = _check_frame_stack(frame_stack)
         # The parts are plain objects; the memory keeps their variables under the attribute
         # names that checkpoints written before the split hold (`replay/storage/observ`,
         # `replay/_size`, `replay/window/observ`, `replay/priorities/tree`, ...).
         with self.name_scope:
-            self._ring = TransitionStorage(observations, self._action_spec, self._capacity)
+            if self._frame_stack:
+                self._ring = FrameStackStorage(self._observ_spec, self._action_spec,
+                                               self._capacity, **self._frame_stack)
+                leaves = self._ring.slots + 1
+            else:
+                self._ring = TransitionStorage(observations, self._action_spec, self._capacity)
+                leaves = self._capacity + 1
             self.storage = self._ring.fields
             self._size = self._ring.size
             self._position = self._ring.position
@@ -147,9 +185,10 @@ class ReplayMemory(tf.Module):
                 self.window = self._accumulator.window
                 self._pending = self._accumulator.pending
                 self._last_nextob = self._accumulator.last_nextob
-            if self._prioritized:
+            if self._prioritized or self._frame_stack:
                 # One more leaf for the spare row, which always keeps priority 0.
-                self._sampler = PrioritizedSampler(self._capacity + 1, self._prioritized, seed)
+                self._sampler = PrioritizedSampler(
+                    leaves, self._prioritized or _UNIFORM_OVER_SLOTS, seed)
                 self.priorities = self._sampler.priorities
                 self._max_priority = self._sampler.max_priority
             else:
@@ -192,6 +231,11 @@ class ReplayMemory(tf.Module):
         return dict(self._prioritized) if self._prioritized else None
 
     @property
+    def frame_stack(self):
+        """The frame-stack settings (dict `frames`, `axis`, `window`), or None."""
+        return dict(self._frame_stack) if self._frame_stack else None
+
+    @property
     def size(self):
         """int32 scalar tensor, the number of stored transitions (at most `capacity`)."""
         return self._size.value()
@@ -204,11 +248,13 @@ class ReplayMemory(tf.Module):
     @property
     def bytes_per_transition(self):
         """int, the bytes of one stored transition over all its variables: the five fields
-        and, when prioritized, its share of the sum tree (`2 P` float32 entries over
-        `capacity` transitions, rounded up). The spare row, the staging windows and the
-        agents' last next observations (a fixed amount per agent) are not counted."""
+        (with `frame_stack`, its share of all slots, `FrameStackStorage.bytes_per_row`)
+        and, when prioritized or with `frame_stack`, its share of the sum tree (`2 P`
+        float32 entries over `capacity` transitions, rounded up). The spare row, the
+        staging windows and the agents' last next observations (a fixed amount per agent)
+        are not counted."""
         total = self._ring.bytes_per_row
-        if self._prioritized:
+        if self._prioritized or self._frame_stack:
             total += -(-self.priorities.tree.shape[0] * 4 // self._capacity)
         return total
 
@@ -280,13 +326,16 @@ class ReplayMemory(tf.Module):
         for new rows (from `td_error` float32 `[m]` when given); returns int32 `count`,
         after."""
         count, rows, keep = self._ring.write(transitions, emit)
+        if td_error is not None and self._frame_stack:  # The guard's slots follow the rows.
+            td_error = tf.pad(td_error, [[0, tf.shape(rows)[0] - tf.shape(td_error)[0]]])
         with tf.control_dependencies([count] + self._sampler.added(rows, keep, td_error)):
             return tf.identity(count)
 
     def sample(self, batch_size, beta=None):
         """Samples a batch of stored transitions.
 
-        Uniform: indices uniform over `[0, size)` from the memory's generator, weights 1.
+        Uniform: indices uniform over `[0, size)` from the memory's generator, weights 1
+        (with `frame_stack`: stratified over the live slots, each of priority 1).
         Prioritized (Schaul et al. 2016, sec. 3.3): `P(i) = p_i / sum_k p_k`, stratified, one
         uniform draw in each of `batch_size` equal segments of the total priority (appendix
         B.2.1); importance weights `w_i = (N P(i))^-beta` with N = `size`, normalized by the

@@ -300,7 +300,8 @@ CONV = [{"type": "conv2d", "filters": 4, "kernel": 3, "stride": 2}, {"type": "fl
         {"type": "dense", "units": 16}]
 
 
-def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
+@pytest.mark.parametrize("frame_stack", [None, {"frames": 3, "axis": -1, "window": 64}])
+def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes(frame_stack):
     from batchrl import build
 
     envs = [MockEnvironment((9, 9, 3), (), 2, 7, observ_dtype=np.uint8, num_actions=3)
@@ -308,10 +309,12 @@ def test_dqn_trains_declared_convolutions_on_frames_stored_as_bytes():
     for index, env in enumerate(envs):
         env.reset(seed=index)
     config = _config("dqn", network=CONV, preprocessing=[{"type": "scale"}],
-                     normalize_observ=False, max_length=20)
+                     normalize_observ=False, max_length=20, replay_frame_stack=frame_stack)
     built = build.build(config, BatchEnv(envs, blocking=True), process_eager=False)
     algo = built.algo
-    assert algo.memory.storage["observ"].dtype == tf.uint8  # The frames, a byte an element.
+    # The frames, a byte an element; with frame_stack each of the 3 channels a frame.
+    stored = algo.memory.storage["frames" if frame_stack else "observ"]
+    assert stored.dtype == tf.uint8 and stored.shape[1:] == (9, 9, 1 if frame_stack else 3)
     q, target = algo.networks.policy, algo.checkpoint_state["target_policy"]
     kernel = next(v for v in q.trainable_variables if len(v.shape) == 4)  # The conv's.
     before = kernel.numpy().copy()

@@ -1,0 +1,214 @@
+"""The replay memory that keeps each frame of stacked observations once
+(`batchrl.memories.frame_storage`), against the NumPy replay of test_replay: its live
+transitions are the newest of the reference, their frames intact after the ring wrapped,
+each frame stored once, and sampling draws live transitions only."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from batchrl.memories.frame_storage import FrameStackStorage
+from batchrl.memories.replay import FIELDS, ReplayMemory
+from tests.memories.test_replay import NumpyReplay
+
+K, SIDE = 4, 5
+ACTION = ((), tf.int32)
+
+
+class Episodes:
+    """Agents whose observations stack their last K frames (random ones), a new episode
+    starting with its first frame repeated K times, as EnvPool's Atari stacks do."""
+
+    def __init__(self, rng, agents, axis, channels):
+        self.rng, self.axis, self.channels = rng, axis, channels
+        self.history = [self._first() for _ in range(agents)]
+
+    def _frame(self):
+        shape = (self.channels, SIDE, SIDE) if self.axis == 0 else (SIDE, SIDE, self.channels)
+        return self.rng.integers(0, 256, shape, dtype=np.uint8)
+
+    def _first(self):
+        return [self._frame()] * K
+
+    def stack(self, agent):
+        return np.concatenate(self.history[agent][-K:], self.axis)
+
+    def step(self, agents):
+        """One step of `agents`: a dict of `ReplayMemory.add`'s arguments."""
+        observ = np.stack([self.stack(agent) for agent in agents])
+        for agent in agents:
+            self.history[agent].append(self._frame())
+        nextob = np.stack([self.stack(agent) for agent in agents])
+        n = len(agents)
+        terminated, truncated = self.rng.random(n) < 0.05, self.rng.random(n) < 0.05
+        for agent, done in zip(agents, terminated | truncated):
+            if done:
+                self.history[agent] = self._first()
+        return dict(agent_indices=np.asarray(agents, np.int32), observ=observ,
+                    action=self.rng.integers(0, 6, n).astype(np.int32),
+                    reward=self.rng.normal(size=n).astype(np.float32),
+                    terminated=terminated, truncated=truncated, nextob=nextob)
+
+    def restart(self, agents):
+        for agent in agents:
+            self.history[agent] = self._first()
+
+
+def _live_in_order(memory):
+    """The live slots of a frame-stack memory, oldest first."""
+    ring = memory._ring
+    slots = (int(memory.position) + 2 * memory.frame_stack["window"] +
+             np.arange(ring.slots - 2 * memory.frame_stack["window"])) % ring.slots
+    return slots[memory.storage["live"].numpy()[slots]]
+
+
+def _assert_newest(memory, reference):
+    """The memory's live transitions are the reference's newest, in order."""
+    slots = _live_in_order(memory)
+    assert len(slots) == int(memory.size)
+    stored = {key: value.numpy() for key, value in memory._ring.gather(slots).items()}
+    rows = (reference.position - len(slots) + np.arange(len(slots))) % reference.capacity
+    for key in FIELDS:
+        expected = np.stack([reference.rows[key][row] for row in rows])
+        np.testing.assert_allclose(stored[key], expected, rtol=1e-6, err_msg=key)
+    return stored
+
+
+def _fill(axis, channels, n_step, steps=150, capacity=60, agents=4, window=48, seed=0,
+          prioritized=None):
+    rng = np.random.default_rng(seed)
+    shape = (K * channels, SIDE, SIDE) if axis == 0 else (SIDE, SIDE, K * channels)
+    memory = ReplayMemory((shape, tf.uint8), ACTION, capacity, agents, n_step, 0.9,
+                          prioritized=prioritized, seed=seed,
+                          frame_stack={"frames": K, "axis": axis, "window": window})
+    reference = NumpyReplay(capacity, agents, n_step, 0.9)
+    episodes = Episodes(rng, agents, axis, channels)
+    written = 0
+    for t in range(steps):
+        agents_now = rng.permutation(agents)[:rng.integers(1, agents + 1)]
+        step = episodes.step(agents_now)
+        written += int(memory.add(**step))
+        reference.add(*step.values())
+        if t % 23 == 22:
+            cut = np.sort(rng.choice(agents, 2, replace=False)).astype(np.int32)
+            written += int(memory.reset_agents(cut))
+            reference.flush(cut)
+            episodes.restart(cut)
+    assert written > memory._ring.slots  # The ring wrapped around.
+    return memory, reference
+
+
+@pytest.mark.parametrize("axis, channels, n_step", [(0, 1, 1), (0, 1, 3), (-1, 2, 3)])
+def test_live_transitions_are_the_newest_with_their_frames_kept_once(axis, channels, n_step):
+    memory, reference = _fill(axis, channels, n_step)
+    assert int(memory.size) >= 40  # Of 60: the slots of new episodes' frames are not rows.
+    stored = _assert_newest(memory, reference)
+    frame_slots = np.concatenate([memory.storage[key].numpy()[_live_in_order(memory)]
+                                  for key in ("observ", "nextob")]).ravel()
+    frames = np.concatenate([np.stack(np.split(stored[key], K, 1 if axis == 0 else -1))
+                             for key in ("observ", "nextob")], 1)
+    distinct = {frame.tobytes() for frame in frames.reshape(-1, frames[0, 0].size)}
+    assert len(set(frame_slots)) == len(distinct)  # One slot a frame.
+
+
+def test_equal_fingerprints_of_other_frames_keep_them_apart():
+    memory, reference = _fill(0, 1, 3, seed=1, window=60)
+    # The fingerprint of a frame is its first pixel: of 256 values, many frames share one.
+    memory._ring._fingerprint = lambda frames: tf.cast(
+        tf.reshape(frames, [tf.shape(frames)[0], -1])[:, 0], tf.int64)
+    episodes = Episodes(np.random.default_rng(2), 4, 0, 1)
+    for _ in range(30):
+        step = episodes.step(np.arange(4))
+        memory.add(**step)
+        reference.add(*step.values())
+    _assert_newest(memory, reference)
+
+
+@pytest.mark.parametrize("prioritized", [None, {"alpha": 0.6}])
+def test_sampling_draws_live_transitions_only(prioritized):
+    memory, reference = _fill(0, 1, 3, prioritized=prioritized)
+    live = memory.storage["live"].numpy()
+    leaves = memory.priorities.get(tf.range(memory._ring.slots + 1)).numpy()
+    np.testing.assert_array_equal(leaves > 0, live)
+    if prioritized is None:
+        np.testing.assert_array_equal(leaves[live], 1.0)
+    drawn = np.concatenate([memory.sample(32)["index"].numpy() for _ in range(20)])
+    assert live[drawn].all()
+    assert len(set(drawn)) > 0.8 * live.sum()
+
+
+def test_inserted_transitions_get_their_td_errors_priorities():
+    memory, _ = _fill(0, 1, 1, prioritized={"alpha": 0.5, "epsilon": 1e-6})
+    episodes = Episodes(np.random.default_rng(3), 6, 0, 1)
+    step = episodes.step(np.arange(6))
+    transitions = dict(observ=step["observ"], nextob=step["nextob"], action=step["action"],
+                       reward=step["reward"], discount=np.full(6, 0.9, np.float32))
+    td_error = np.linspace(-2, 3, 6).astype(np.float32)
+    position = int(memory.position)
+    memory.insert(transitions, td_error=td_error)
+    slots = (position + np.arange(6)) % memory._ring.slots
+    np.testing.assert_allclose(memory.priorities.get(slots).numpy(), (np.abs(td_error) + 1e-6) ** 0.5,
+                               rtol=1e-5)
+    stored = memory._ring.gather(slots)
+    for key in FIELDS:
+        np.testing.assert_allclose(stored[key].numpy(), transitions[key], err_msg=key)
+
+
+def test_xla_writes_what_eager_writes():
+    def memory():
+        return ReplayMemory(((K, SIDE, SIDE), tf.uint8), ACTION, 60, 4, 3, 0.9,
+                            prioritized={"alpha": 0.6}, frame_stack={"frames": K, "window": 48})
+    compiled, eager = memory(), memory()
+    add = tf.function(lambda step: compiled.add(**step), jit_compile=True)
+    episodes = Episodes(np.random.default_rng(4), 4, 0, 1)
+    for _ in range(60):
+        step = episodes.step(np.arange(4))
+        add(step)
+        eager.add(**step)
+    assert int(compiled.size) > 30
+    for key in compiled.storage:
+        np.testing.assert_array_equal(compiled.storage[key].numpy(), eager.storage[key].numpy(),
+                                      err_msg=key)
+    np.testing.assert_allclose(compiled.priorities.tree.numpy(), eager.priorities.tree.numpy())
+
+
+def test_a_write_of_more_slots_than_the_window_raises():
+    memory = ReplayMemory(((K, SIDE, SIDE), tf.uint8), ACTION, 20, 5,
+                          frame_stack={"frames": K, "window": 8})
+    # Each agent's first stack repeats one frame, its next adds one: 10 new frames.
+    step = Episodes(np.random.default_rng(0), 5, 0, 1).step(np.arange(5))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="raise replay_frame_stack.s window"):
+        memory.add(**step)
+
+
+@pytest.mark.parametrize("kwargs, culprit", [
+    ({"observ_spec": ((K, SIDE, SIDE), tf.float32)}, "uint8"),
+    ({"frames": 3}, "multiple of 3 frames"),
+    ({"axis": 1}, "axis must be 0 or -1"),
+    ({"window": 0}, "window must be an int"),
+    ({"window": 30}, "at most the capacity"),
+])
+def test_bad_arguments_raise(kwargs, culprit):
+    arguments = dict(observ_spec=((K, SIDE, SIDE), tf.uint8), action_spec=ACTION,
+                     capacity=20, frames=K, axis=0, window=8)
+    arguments.update(kwargs)
+    with pytest.raises(ValueError, match=culprit):
+        FrameStackStorage(**arguments)
+
+
+def test_bad_frame_stack_setting_raises():
+    with pytest.raises(ValueError, match="unknown frame_stack key"):
+        ReplayMemory(((K, SIDE, SIDE), tf.uint8), ACTION, 20, 3,
+                     frame_stack={"frames": K, "stride": 2})
+
+
+def test_checkpoint_round_trip(tmp_path):
+    memory, reference = _fill(0, 1, 3, prioritized={"alpha": 0.6})
+    path = tf.train.Checkpoint(memory=memory).write(str(tmp_path / "replay"))
+    restored = ReplayMemory(memory.observ_spec, ACTION, 60, 4, 3, 0.9,
+                            prioritized={"alpha": 0.6},
+                            frame_stack=memory.frame_stack)
+    tf.train.Checkpoint(memory=restored).read(path).assert_consumed()
+    assert int(restored.size) == int(memory.size)
+    _assert_newest(restored, reference)
+    np.testing.assert_array_equal(restored.sample(16)["index"], memory.sample(16)["index"])
