@@ -86,8 +86,8 @@ class PrioritizedSampler:
         draws = tf.cast(self.generator.uniform([batch_size], 0, 1 << 24, dtype=tf.int32),
                         tf.float32) * 2.0 ** -24
         targets = (tf.range(batch_size, dtype=tf.float32) + draws) * (total / batch_size)
-        index = self.priorities.find(targets)
-        probability = self.priorities.get(index) / total
+        index, priority, total = self.priorities.find(targets, with_values=True)
+        probability = priority / total
         weight = (tf.cast(size, tf.float32) * probability) ** -tf.cast(beta, tf.float32)
         return index, weight / tf.reduce_max(weight)
 

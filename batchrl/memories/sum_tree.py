@@ -118,7 +118,7 @@ class SumTree(tf.Module):
         full, first = divmod(self._depth, self._levels_per_step)
         return ([first] if first else []) + [self._levels_per_step] * full
 
-    def find(self, targets):
+    def find(self, targets, with_values=False):
         """Leaf indices by prefix sums: leaf `i` with `sum(leaves[:i]) <= target <
         sum(leaves[:i + 1])`, found by descending from the root (Schaul et al. 2016,
         appendix B.2.1).
@@ -132,16 +132,25 @@ class SumTree(tf.Module):
 
         Args:
           targets: float32 `[n]`, prefix sums, normally in `[0, total())`.
+          with_values: also return the leaves' values and the total, as the descent's
+            gathers read them (under XLA a `get` or `total` beside `find` is one more read
+            of the tree, which a `set` that does not depend on it makes XLA copy the tree
+            for).
 
         Returns:
-          int32 `[n]` leaf indices in `[0, capacity)`.
+          int32 `[n]` leaf indices in `[0, capacity)`; with `with_values`, `(indices,
+          values, total)`: float32 `[n]` the leaves' values and float32 scalar the sum of
+          the root's children.
         """
         targets = tf.maximum(tf.cast(targets, tf.float32), 0.0)
         nodes = tf.ones_like(targets, tf.int32)
+        total = None
         for levels in self._steps():
             width = 1 << levels
             first = nodes * width
             values = tf.gather(self.tree, first[:, None] + tf.range(width)[None])
+            if total is None:
+                total = tf.reduce_sum(values[0])
             prefix = tf.cumsum(values, axis=1)
             passed = tf.reduce_sum(tf.cast(prefix <= targets[:, None], tf.int32), 1)
             last = tf.reduce_max(tf.where(values > 0, tf.range(width)[None], 0), 1)
@@ -150,7 +159,12 @@ class SumTree(tf.Module):
                 values, choice, batch_dims=1)
             targets = tf.maximum(targets - below, 0.0)
             nodes = first + choice
-        return tf.minimum(nodes - self._leaves, self._capacity - 1)
+        indices = tf.minimum(nodes - self._leaves, self._capacity - 1)
+        if not with_values:
+            return indices
+        if total is None:  # One leaf, the root.
+            return indices, self.get(indices), self.total()
+        return indices, tf.gather(values, choice, batch_dims=1), total
 
 
 

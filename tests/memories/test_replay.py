@@ -395,10 +395,16 @@ def _copies(hlo, shape):
     return len(re.findall(re.escape(shape) + r"\{[0-9,]*\} copy\(", hlo))
 
 
+def _loop_body(hlo):
+    """The text of the while loop's body computation in optimized HLO."""
+    return re.search(r"^%\S*while_body.*?^}", hlo, re.M | re.S).group(0)
+
+
 @pytest.mark.parametrize("prioritized", [None, {"alpha": 0.6}])
 def test_xla_add_then_updates_do_not_copy_the_memory(prioritized):
     # The off-policy step under XLA: add, then (in a tf.cond) a loop of sample and
-    # update_priorities. A copy of the storage would cost 170 MB a step at capacity 1e6.
+    # update_priorities. A copy of the storage would cost 170 MB a step at capacity 1e6, a
+    # copy of the sum tree 8 MB an update (the importance weights read it too).
     memory = ReplayMemory(OBSERV, ACTION, 100, 2, n_step=1, prioritized=prioritized)
     _fill(memory, 10)
     step = _random_step(np.random.default_rng(0), [0, 1])
@@ -408,7 +414,8 @@ def test_xla_add_then_updates_do_not_copy_the_memory(prioritized):
         def body(i, total):
             batch = memory.sample(8)
             done = memory.update_priorities(batch["index"], batch["reward"])
-            values = [tf.reduce_sum(tf.cast(batch[key], tf.float32)) for key in FIELDS]
+            values = [tf.reduce_sum(tf.cast(batch[key], tf.float32))
+                      for key in FIELDS + ("weight",)]
             return i + 1, total + tf.add_n(values) + done
         return tf.while_loop(lambda i, _: i < count, body, (0, 0.0))[1]
 
@@ -422,6 +429,8 @@ def test_xla_add_then_updates_do_not_copy_the_memory(prioritized):
         stage="optimized_hlo")
     for shape in ("f32[101,3]", "f32[101,2]", "f32[101]"):
         assert _copies(hlo, shape) == 0, shape
+    if prioritized:  # (The tf.cond's branch without updates passes the tree on as a copy.)
+        assert _copies(_loop_body(hlo), f"f32[{memory.priorities.tree.shape[0]}]") == 0
     count, _ = add_then_update(step, tf.constant(True))
     assert int(count) == 2 and int(memory.size) == 12
     np.testing.assert_array_equal(memory.storage["observ"].numpy()[10:12], step["observ"])

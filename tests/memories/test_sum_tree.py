@@ -50,6 +50,10 @@ def test_set_find_total_match_numpy(capacity, levels_per_step):
         np.testing.assert_array_equal(found, _reference_find(leaves, targets))
         assert np.all(leaves[found] > 0)
         _check_inner_nodes(tree, levels_per_step)
+        with_values = tree.find(targets, with_values=True)
+        np.testing.assert_array_equal(with_values[0], found)
+        np.testing.assert_array_equal(with_values[1], leaves[found])
+        assert with_values[2].numpy() == leaves.sum()
 
 
 def test_duplicates_in_set_last_write_wins():
