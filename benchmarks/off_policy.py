@@ -79,12 +79,16 @@ def _timed(function, *args):
 
 
 def _filled(algo, count, seed=0):
-    """Fills the replay memory with `count` random transitions of the algorithm's shapes."""
+    """Fills the replay memory with `count` random transitions of the algorithm's shapes
+    (with `replay_frame_stack`, every frame new: as many a write as its window takes)."""
     memory, rng = algo.memory, np.random.default_rng(seed)
     observ_shape = tuple(algo._observ_shape)
     action = tf.TensorSpec(algo._action_shape, algo._batch_env.action.dtype)
-    for start in range(0, count, 10000):
-        n = min(10000, count - start)
+    chunk = 10000
+    if memory.frame_stack:
+        chunk = memory.frame_stack["window"] // (2 * memory.frame_stack["frames"])
+    for start in range(0, count, chunk):
+        n = min(chunk, count - start)
         if action.dtype.is_floating:
             actions = rng.uniform(-1, 1, (n, *action.shape)).astype(np.float32)
         else:
