@@ -26,9 +26,9 @@ def actor_config(config, index):
     EnvPool batch the env id names), and seed `config.seed + 1 + index` for its
     environments and its sampling, so that no two actors, nor the learner's evaluation,
     draw the same episodes. An Ape-X actor (an off-policy algorithm) keeps no replay memory
-    (`replay_capacity: 1`, no `replay_frame_stack`), and an `apex_epsilon` exploration gets the actor's place among
-    all actors' agents (`first`, `explorers`), so that each agent explores with an epsilon
-    of its own."""
+    (`replay_capacity: 1`, no `replay_frame_stack`), and an `apex_epsilon` exploration gets
+    the actor's place among all actors' agents (`first`, `explorers`), so that each agent
+    explores with an epsilon of its own."""
     changes = dict(num_agents=config.envs_per_actor, env_backend="local",
                    seed=config.seed + 1 + index)
     if config.algorithm in APEX_ALGORITHMS:

@@ -41,7 +41,7 @@ class Episodes:
         nextob = np.stack([self.stack(agent) for agent in agents])
         n = len(agents)
         terminated, truncated = self.rng.random(n) < 0.05, self.rng.random(n) < 0.05
-        for agent, done in zip(agents, terminated | truncated):
+        for agent, done in zip(agents, terminated | truncated, strict=True):
             if done:
                 self.history[agent] = self._first()
         return dict(agent_indices=np.asarray(agents, np.int32), observ=observ,
@@ -150,8 +150,8 @@ def test_inserted_transitions_get_their_td_errors_priorities():
     position = int(memory.position)
     memory.insert(transitions, td_error=td_error)
     slots = (position + np.arange(6)) % memory._ring.slots
-    np.testing.assert_allclose(memory.priorities.get(slots).numpy(), (np.abs(td_error) + 1e-6) ** 0.5,
-                               rtol=1e-5)
+    np.testing.assert_allclose(memory.priorities.get(slots).numpy(),
+                               (np.abs(td_error) + 1e-6) ** 0.5, rtol=1e-5)
     stored = memory._ring.gather(slots)
     for key in FIELDS:
         np.testing.assert_allclose(stored[key].numpy(), transitions[key], err_msg=key)
