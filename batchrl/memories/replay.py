@@ -74,14 +74,15 @@ def _check_prioritized(prioritized):
     return config
 
 
-FRAME_STACK_DEFAULTS = {"axis": 0, "window": 4096}
+FRAME_STACK_DEFAULTS = {"axis": 0, "window": 4096}  # The window: at most the capacity.
 # Sampling uniform over the live slots of a `FrameStackStorage`: every priority 1, weights 1.
 _UNIFORM_OVER_SLOTS = {"alpha": 0.0, "beta": 0.0, "epsilon": 1.0}
 
 
-def _check_frame_stack(frame_stack):
-    """The frame-stack settings with defaults filled in, or None; ValueError on an unknown
-    or missing key (the values are checked by `FrameStackStorage`)."""
+def _check_frame_stack(frame_stack, capacity):
+    """The frame-stack settings with defaults filled in (the default window at most
+    `capacity`), or None; ValueError on an unknown or missing key (the values are checked
+    by `FrameStackStorage`)."""
     if frame_stack is None:
         return None
     if not isinstance(frame_stack, dict) or "frames" not in frame_stack:
@@ -91,7 +92,8 @@ def _check_frame_stack(frame_stack):
     if unknown:
         raise ValueError(f"ReplayMemory: unknown frame_stack key(s) {unknown}; the keys are "
                          f"{sorted({'frames', *FRAME_STACK_DEFAULTS})}")
-    return {**FRAME_STACK_DEFAULTS, **frame_stack}
+    defaults = dict(FRAME_STACK_DEFAULTS, window=min(FRAME_STACK_DEFAULTS["window"], capacity))
+    return {**defaults, **frame_stack}
 
 
 class ReplayMemory(tf.Module):
@@ -138,8 +140,8 @@ class ReplayMemory(tf.Module):
         [0, 255] (pixels, one-hot elements), stored as uint8.
       frame_stack: None (whole observations), or a dict of `frames` (int, the frames of a
         stack), `axis` (0 or -1, the stacked axis; default 0) and `window` (int, the slots
-        behind a write whose frames it may share; default 4096): uint8 observations that
-        stack `frames` frames, each frame kept once (`FrameStackStorage`).
+        behind a write whose frames it may share; default 4096, or `capacity` if less): uint8
+        observations that stack `frames` frames, each frame kept once (`FrameStackStorage`).
       name: name scope of the variables.
 
     Raises:
@@ -163,7 +165,7 @@ class ReplayMemory(tf.Module):
             raise ValueError(f"ReplayMemory: discount must be in [0, 1], got {discount!r}")
         self._discount = float(discount)
         self._prioritized = _check_prioritized(prioritized)
-        self._frame_stack = _check_frame_stack(frame_stack)
+        self._frame_stack = _check_frame_stack(frame_stack, self._capacity)
         # The parts are plain objects; the memory keeps their variables under the attribute
         # names that checkpoints written before the split hold (`replay/storage/observ`,
         # `replay/_size`, `replay/window/observ`, `replay/priorities/tree`, ...).
