@@ -95,7 +95,8 @@ class FrameStackStorage:
         self._slots = self._capacity + self._guard
         # The fingerprint is a sum of the frame's 4-byte words times random weights, exact
         # in int64: 31 bits a word and log2(words) bits of sum leave the weights the rest.
-        words = -(-math.prod(self._frame_shape) // 4)
+        self._pixels = math.prod(self._frame_shape)  # The bytes of a frame.
+        words = -(-self._pixels // 4)
         bits = 62 - 31 - max(words - 1, 1).bit_length()
         self._weights = tf.constant(np.random.default_rng(0).integers(
             0, 1 << bits, words, dtype=np.int64))
@@ -163,13 +164,12 @@ class FrameStackStorage:
         moved = tf.transpose(frames, [0] + list(range(2, rest + 2)) + [1, rest + 2])
         return tf.reshape(moved, (-1,) + observ_shape)
 
-    def _fingerprint(self, frames):
-        """int64 `[n]`, the sums of `frames`' 4-byte words (int32) times the fixed weights,
-        exact: a quarter of the products of a sum over pixels."""
-        pixels = math.prod(self._frame_shape)
-        flat = tf.reshape(frames, [-1, pixels])
-        if pixels % 4:
-            flat = tf.pad(flat, [[0, 0], [0, -pixels % 4]])
+    def _fingerprint(self, flat):
+        """int64 `[n]`, the sums of the 4-byte words (int32) of frames `flat` (uint8 `[n,
+        pixels]`) times the fixed weights, exact: a quarter of the products of a sum over
+        pixels."""
+        if self._pixels % 4:
+            flat = tf.pad(flat, [[0, 0], [0, -self._pixels % 4]])
         words = tf.bitcast(tf.reshape(flat, [-1, self._weights.shape[0], 4]), tf.int32)
         return tf.reduce_sum(tf.cast(words, tf.int64) * self._weights, -1)
 
@@ -191,8 +191,9 @@ class FrameStackStorage:
         index = tf.range(n)
         near = (self.position - window + tf.range(window)) % slots
         stored = self.fields["frames"]
+        flat = tf.reshape(frames, [n, self._pixels])
         # Candidates left out get keys of their own (< -1); slots without a frame hold -1.
-        fingerprints = self._fingerprint(frames)
+        fingerprints = self._fingerprint(flat)
         keys = tf.concat([tf.gather(self.fields["fingerprint"], near),
                           tf.where(usable, fingerprints, -2 - tf.cast(index, tf.int64))], 0)
         order = tf.argsort(keys, stable=True)  # The slots first among equal keys.
@@ -206,10 +207,8 @@ class FrameStackStorage:
         own = sharer == window + index
         in_window = sharer < window
         near_slot = tf.gather(near, tf.minimum(sharer, window - 1))
-        pixels = math.prod(self._frame_shape)
-        flat = tf.reshape(frames, [n, pixels])
         other = tf.where(in_window[:, None], tf.reshape(tf.gather(stored, near_slot),
-                                                        [n, pixels]),
+                                                        [n, self._pixels]),
                          tf.gather(flat, tf.maximum(sharer - window, 0)))
         same = tf.reduce_all(tf.equal(other, flat), -1)  # Equal fingerprints, other frames.
         new = usable & (own | ~same)
