@@ -47,6 +47,15 @@ _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_
 _OPTIONAL_MAPPING = {"prioritized_replay", "replay_frame_stack", "exploration"}
 # The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
 ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "appo", "sac", "td3", "dqn")
+# The presets of config key `network` that each off-policy algorithm (of ALGORITHMS) takes:
+# they learn from single steps, with feed-forward networks of their own (MLPs of
+# policy_layers and value_layers), which feed_forward_gaussian, the default, stands for, and
+# for dqn's Discrete actions also feed_forward_categorical; any other preset (a GRU, one head
+# per action leaf) they would not build (`_check_preset`). The other algorithms of
+# ALGORITHMS, on-policy, build every preset and a recurrent last layer (`ON_POLICY`).
+OFF_POLICY_PRESETS = {"sac": ("feed_forward_gaussian",), "td3": ("feed_forward_gaussian",),
+                      "dqn": ("feed_forward_gaussian", "feed_forward_categorical")}
+ON_POLICY = tuple(name for name in ALGORITHMS if name not in OFF_POLICY_PRESETS)
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
@@ -209,6 +218,24 @@ def _check_algorithm(value):
     return value
 
 
+def _check_preset(config):
+    """Checks that config key `network`, when it names a preset, names one that config key
+    `algorithm` builds (`OFF_POLICY_PRESETS`; an algorithm `module:NAME` is not checked).
+
+    Raises:
+      ConfigError: one line naming the algorithm and the presets it takes, e.g. sac with
+        `network: recurrent_gaussian`, which it would otherwise ignore.
+    """
+    network, algorithm = config["network"], config["algorithm"]
+    presets = OFF_POLICY_PRESETS.get(algorithm)
+    if presets is None or isinstance(network, list | dict) or network in presets:
+        return
+    raise ConfigError(
+        f"config key 'network': {algorithm} takes declared layers or the "
+        f"preset{'s' if len(presets) > 1 else ''} {', '.join(presets)}, not {network!r} "
+        f"({', '.join(ON_POLICY)} take every preset)")
+
+
 def _translate_envpool_prefix(layer, source):
     """`layer` (one config layer: a file or the `--set` pairs) with its `env: envpool:TASK`
     written as `env: TASK` and `env_backend: envpool`.
@@ -271,7 +298,8 @@ def load(name_or_path="default", overrides=None):
       ConfigError: unknown config name, unknown key, wrong type or out-of-range value; a key
         of older releases (`env_processes`; the message names `env_backend`); `env:
         envpool:TASK` (the old spelling of `env: TASK` with `env_backend: envpool`, still
-        read) with another `env_backend` in the same file or `--set` pairs.
+        read) with another `env_backend` in the same file or `--set` pairs; a preset
+        `network` that the algorithm does not build (`_check_preset`).
     """
     defaults = _read(CONFIG_DIR / "default.yaml")
     config = Config()
@@ -281,6 +309,7 @@ def load(name_or_path="default", overrides=None):
     if not isinstance(overrides, dict):
         overrides = parse_overrides(overrides)
     _merge(config, overrides, defaults, "--set")
+    _check_preset(config)
     return _with_envpool_prefix(config)
 
 

@@ -224,3 +224,82 @@ def test_score_pattern_finds_the_scores_that_comments_once_held():
                     "eval >= -200 after 12k steps", "19.8 of 20 at 40k", "380 at 1M"]:
         assert SCORE.search(comment), comment
     assert not SCORE.search("updates: the target is the network of 500 steps ago")
+
+
+# The presets of config key `network` (batchrl.networks.NETWORKS), and those that each
+# off-policy algorithm builds, by hand: its networks are feed-forward MLPs of policy_layers
+# and value_layers, which feed_forward_gaussian (the default) names, and dqn acts in Discrete
+# action spaces, as feed_forward_categorical. The on-policy algorithms build every preset.
+PRESETS = ("feed_forward_gaussian", "recurrent_gaussian", "feed_forward_categorical",
+           "feed_forward_composite")
+OFF_POLICY_TAKES = {"sac": ("feed_forward_gaussian",), "td3": ("feed_forward_gaussian",),
+                    "dqn": ("feed_forward_gaussian", "feed_forward_categorical")}
+ON_POLICY = ("ppo", "trpo", "a2c", "impala", "appo")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))
+def test_off_policy_algorithms_refuse_presets_they_do_not_build(algorithm, preset):
+    overrides = {"algorithm": algorithm, "network": preset}
+    takes = OFF_POLICY_TAKES[algorithm]
+    if preset in takes:
+        assert configs.load("default", overrides).network == preset
+        return
+    with pytest.raises(configs.ConfigError) as error:
+        configs.load("default", overrides)
+    words = "the preset feed_forward_gaussian" if algorithm != "dqn" else (
+        "the presets feed_forward_gaussian, feed_forward_categorical")
+    assert str(error.value) == (
+        f"config key 'network': {algorithm} takes declared layers or {words}, not "
+        f"'{preset}' (ppo, trpo, a2c, impala, appo take every preset)")
+
+
+@pytest.mark.parametrize("name, algorithm", [
+    ("pendulum_sac", "sac"), ("cheetah_sac_apex", "sac"), ("cheetah_td3", "td3"),
+    ("cartpole_dqn", "dqn"), ("cartpole_apex", "dqn")])
+def test_shipped_off_policy_configs_refuse_a_recurrent_preset_with_or_without_actors(
+        name, algorithm):
+    assert configs.load(name).algorithm == algorithm
+    message = (f"config key 'network': {algorithm} takes declared layers or the preset")
+    with pytest.raises(configs.ConfigError, match=re.escape(message)):
+        configs.load(name, ["network=recurrent_gaussian"])
+    layers = [{"type": "dense", "units": 8}]
+    assert configs.load(name, {"network": layers}).network[0]["units"] == 8
+
+
+@pytest.mark.parametrize("algorithm", ON_POLICY)
+def test_on_policy_algorithms_take_every_preset(algorithm):
+    for preset in PRESETS:
+        assert configs.load("default", {"algorithm": algorithm, "network": preset}).network \
+            == preset
+
+
+def test_the_preset_table_and_the_recurrent_algorithms_agree_with_the_code():
+    """configs.OFF_POLICY_PRESETS names the off-policy classes of build.ALGORITHMS, and
+    configs.ON_POLICY and the networks' RECURRENT_ALGORITHMS the others (TensorFlow)."""
+    from batchrl import build
+    from batchrl.algorithms.off_policy import OffPolicyAlgorithm
+    from batchrl.algorithms.on_policy import OnPolicyAlgorithm
+    from batchrl.networks import NETWORKS, constructors
+
+    assert tuple(NETWORKS) == PRESETS
+    off = [name for name, cls in build.ALGORITHMS.items() if issubclass(cls, OffPolicyAlgorithm)]
+    on = [name for name, cls in build.ALGORITHMS.items() if issubclass(cls, OnPolicyAlgorithm)]
+    assert sorted(off) == sorted(OFF_POLICY_TAKES) and sorted(on) == sorted(ON_POLICY)
+    assert configs.OFF_POLICY_PRESETS == OFF_POLICY_TAKES
+    assert set(configs.ON_POLICY) == set(on) == set(constructors.RECURRENT_ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))
+@pytest.mark.parametrize("recurrent", ["gru", "lstm"])
+def test_a_recurrent_layer_off_policy_names_every_algorithm_that_takes_one(
+        algorithm, recurrent):
+    from batchrl.networks import torso_factory
+
+    config = configs.load("default", {"algorithm": algorithm, "network": [
+        {"type": "dense", "units": 8}, {"type": recurrent, "units": 8}]})
+    with pytest.raises(ValueError) as error:
+        torso_factory(config)
+    assert str(error.value).endswith(
+        "a gru or lstm layer needs ppo, trpo, a2c, impala or appo")
+    assert "\n" not in str(error.value)
