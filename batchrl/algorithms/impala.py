@@ -14,6 +14,7 @@ from batchrl.algorithms import parts
 from batchrl.algorithms.advantage import masked, masked_mean, sequence_mask
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
+from batchrl.errors import ConfigError
 
 
 def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
@@ -60,6 +61,8 @@ class IMPALA(OnPolicyAlgorithm):
 
     Raises:
       ValueError: `rollout_length` is null.
+      ConfigError: `c_bar` above `rho_bar` (V-trace's analysis assumes rho_bar >= c_bar,
+        Espeholt et al., section 4.1, below eq. 1).
     """
 
     name = "impala"
@@ -72,6 +75,10 @@ class IMPALA(OnPolicyAlgorithm):
         if not config.rollout_length:
             raise ValueError("impala learns from rollouts of every agent: set "
                              "rollout_length (e.g. 20)")
+        if config.c_bar > config.rho_bar:
+            raise ConfigError(f"config keys 'c_bar' ({config.c_bar}) and 'rho_bar' "
+                              f"({config.rho_bar}): V-trace assumes rho_bar >= c_bar "
+                              f"(Espeholt et al. 2018, section 4.1)")
         super().__init__(batch_env, step, is_training, should_log, config)
         self._build_optimizers(optimizers.create(
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,
@@ -174,13 +181,16 @@ class IMPALA(OnPolicyAlgorithm):
                 "mean_rho": masked_mean(tf.exp(log_ratio), mask),
                 "mask": mask, "advantage": advantage}
 
-    def _replayed(self, batch):
+    def _replayed(self, batch, distribution=None):
         """The current policy's distribution on the batch's rows (`initial_state` zeros);
         for a recurrent policy, each step from its stored `state`
-        (`parts.stepwise_policy`)."""
+        (`parts.stepwise_policy`). `distribution` (None: the policy's) is what is built
+        of the parameters' dict; `dict` returns the parameters themselves (float32
+        `[rows, time, ...]`)."""
+        distribution = distribution or self._distribution
         if self._recurrent:
-            return parts.stepwise_policy(self._networks, self._distribution, batch)
-        return parts.current_policy(self._networks, self._distribution, batch)
+            return parts.stepwise_policy(self._networks, distribution, batch)
+        return parts.current_policy(self._networks, distribution, batch)
 
     def _scale_learning_rates(self, scale):
         """The one optimizer's learning rate times `scale` (`lr_schedule`)."""

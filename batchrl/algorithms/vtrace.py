@@ -51,7 +51,9 @@ def vtrace(log_ratio, reward, value, next_value, terminated, done, length, *, di
       discount: gamma in [0, 1].
       gae_lambda: lambda in [0, 1], the trace's decay (1: the paper's V-trace).
       rho_bar, c_bar, pg_rho_bar: the truncation levels, > 0 (the paper: 1);
-        `pg_rho_bar` None: the advantage is not weighted.
+        `pg_rho_bar` None: the advantage is not weighted. The paper's analysis assumes
+        `rho_bar >= c_bar` (section 4.1, below eq. 1): IMPALA and APPO refuse a config
+        without it; this function computes the sums for any levels and does not check.
 
     Returns:
       `(target, advantage)`: float32 `[rows, time]`, `v_t` and `A_t`, zero beyond each

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from batchrl import configs
 from batchrl.algorithms import IMPALA
 from batchrl.algorithms.vtrace import vtrace
 from tests.algorithms import gaussian_numpy
 from tests.algorithms.gaussian_numpy import log_prob as _log_prob
 from tests.algorithms.gaussian_numpy import params as _params
+from tests.algorithms.test_vtrace import _reference
 
 LENGTH = np.array([5, 3], np.int32)  # Two rollouts, the second cut short after 3 steps.
 MASK = (np.arange(5)[None] < LENGTH[:, None]).astype(np.float32)
@@ -140,3 +142,54 @@ def test_one_update_moves_log_probabilities_with_the_advantage(sign):
 def test_a_config_without_rollout_length_is_refused():
     with pytest.raises(ValueError, match="set rollout_length"):
         _algorithm(rollout_length=None)
+
+
+@pytest.mark.parametrize("name", ["impala", "appo"])
+def test_c_bar_above_rho_bar_is_a_config_error(name):
+    """V-trace's analysis assumes rho_bar >= c_bar (Espeholt et al., section 4.1): both
+    algorithms refuse the other order, naming both keys; equal levels are accepted."""
+    from batchrl.algorithms import APPO
+
+    algorithm = {"impala": IMPALA, "appo": APPO}[name]
+    settings = {"algorithm": name, "policy_layers": [4], "value_layers": [4],
+                "rollout_length": 5}
+    with pytest.raises(configs.ConfigError,
+                       match=r"'c_bar' \(1.0\) and 'rho_bar' \(0.5\): V-trace assumes"):
+        gaussian_numpy.algorithm_on_mocks(
+            algorithm, {**settings, "rho_bar": 0.5, "c_bar": 1.0}, max_length=50)
+    gaussian_numpy.algorithm_on_mocks(
+        algorithm, {**settings, "rho_bar": 0.5, "c_bar": 0.5}, max_length=50)
+
+
+def spread_batch(algo):
+    """`_batch` acted by an older policy whose ratios pi / mu spread around 1 (0.53 to 4.1,
+    some between 0.5 and 1), and the same batch with the log-ratio computed here (NumPy)
+    and the keys of `test_vtrace._reference`."""
+    batch = _batch(algo, seed=5, stale=0.2)
+    mean, logstd = _params(algo.networks, batch["observ"])
+    log_ratio = (_log_prob(batch["action"], mean, logstd)
+                 - _log_prob(batch["action"], batch["policy_mean"], batch["policy_logstd"]))
+    ratio = np.exp(log_ratio)[MASK > 0]
+    assert (ratio > 1).any() and ((ratio > 0.5) & (ratio < 1)).any()
+    return batch, dict(
+        log_ratio=log_ratio, length=LENGTH,
+        **{key: batch[key] for key in ("reward", "value", "next_value", "terminated", "done")})
+
+
+def test_rho_bar_and_c_bar_truncate_where_eq_1_puts_them():
+    """rho_bar 1.0 and c_bar 0.5 (different levels; every other test has 1.0 for both)
+    with ratios spread around 1: the targets are eq. 1's with rho_s = min(1.0, pi / mu) in
+    the temporal differences and c_s = min(0.5, pi / mu) in the trace, the advantages
+    section 4.2's weighted by min(rho_bar, pi / mu) (NumPy sums,
+    `test_vtrace._reference`); the two levels swapped give other values."""
+    algo = _algorithm(rho_bar=1.0, c_bar=0.5)
+    batch, sums = spread_batch(algo)
+    target, advantage = _reference(sums, DISCOUNT, 1.0, 1.0, 0.5, 1.0)
+    swapped, _ = _reference(sums, DISCOUNT, 1.0, 0.5, 1.0, 1.0)
+    assert np.abs(swapped - target).max() > 0.05, "the swap changes the targets"
+
+    got = algo.update({key: tf.constant(value) for key, value in batch.items()})
+
+    np.testing.assert_allclose(got["advantage"].numpy() * MASK, advantage,
+                               rtol=1e-5, atol=1e-5)
+    assert float(got["mean_return"]) == pytest.approx(_valid_mean(target), rel=1e-5)
