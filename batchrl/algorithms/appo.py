@@ -2,8 +2,9 @@
 policy acted (IMPALA's learner with PPO's update).
 
 PPO's clipped surrogate (Schulman et al., arXiv:1707.06347, eq. 7), or batchrl's KL
-penalty with its cut-off (`batchrl.algorithms.ppo.losses.policy_loss`), with the importance
-ratio taken against the behaviour policy that acted, on the advantages of V-trace
+penalty with its cut-off (`batchrl.algorithms.ppo.losses.policy_loss`) on the KL from the
+policy at the update's start (PPO's pi_old), with the importance ratio taken against the
+behaviour policy that acted, on the advantages of V-trace
 (Espeholt et al., arXiv:1802.01561, section 4.2, unweighted: the ratio weighs them) and
 with the value regressed on V-trace's targets v_s (eq. 1): the combination of RLlib's and
 Sample Factory's APPO.
@@ -39,9 +40,17 @@ class APPO(IMPALA):
     `batchrl.algorithms.ppo.losses.policy_loss` with the ratio pi / mu to the stored
     behaviour policy mu (the one that acted, up to `max_policy_lag` versions old), the
     clipped surrogate with `clip_ratio` (epsilon), else the surrogate with the KL penalty
-    (`kl_init_penalty`, adapted after each update towards `kl_target` as PPO adapts it)
-    and the cut-off (`kl_cutoff_factor`, `kl_cutoff_coef`), the KL measured from mu; the
-    entropy bonus `entropy_coef`; the value loss half the mean squared error to v_s.
+    (`kl_init_penalty`) and the cut-off (`kl_cutoff_factor`, `kl_cutoff_coef`) on the KL
+    from pi_old, the policy as it was at the update's start (its parameters computed once
+    on the batch before the first step: APPO's "old policy", BatchPPO's `kl_reference:
+    update_start`), to the current one; the entropy bonus `entropy_coef`; the value loss
+    half the mean squared error to v_s. After the update, the penalty is adapted as PPO
+    adapts it (`losses.adapted_penalty`: times 1.5 above 1.3 `kl_target`, divided by 1.5
+    below 0.7 `kl_target`) on the mean KL(pi_old || pi) of the updated policy. The KL
+    from mu would measure the policy lag besides the update (it grows with the lag
+    whatever the update does, docs/algorithms.md has figures), so that the penalty would
+    grow with `max_policy_lag`; the ratio pi / mu, which the surrogate and V-trace need,
+    is the only place mu enters.
 
     With `update_epochs` 1 and no `batch_size`, a step on a batch that the updated policy
     acted itself (ratio 1; the clip is then not reached) has the gradient of IMPALA's
@@ -89,7 +98,10 @@ class APPO(IMPALA):
         Returns:
           dict of float32 scalars for the summaries (the optimizer's diagnostics of the
           last step, e.g. `loss` and `gradient_norm`; `surrogate`, `value_loss` and
-          `entropy` of the last step; `kl` from the behaviour policy to the updated one;
+          `entropy` of the last step; `kl`, the mean KL(pi_old || pi) from the policy at
+          the update's start to the updated one (what the penalty adapts on);
+          `behaviour_kl`, the mean KL(mu || pi) from the behaviour policy to the updated
+          one (the lag and the update together);
           `mean_return`: the mean V-trace target; `mean_rho`: the mean importance weight
           pi / mu at the update's start, before truncation; without `clip_ratio`,
           `kl_penalty`, adapted), and `mask` and `advantage` (`[rows, time]`, before the
@@ -100,7 +112,10 @@ class APPO(IMPALA):
         batch = dict(batch, initial_state=tf.zeros([tf.shape(batch["reward"])[0], 0]))
         behaviour = parts.stored_policy(distribution, batch)
         old_log_prob = behaviour.log_prob(action)
-        log_ratio = self._replayed(batch).log_prob(action) - old_log_prob
+        # pi_old, the policy at the update's start: the reference of the KL penalty.
+        start_params = self._replayed(batch, dict)
+        start = distribution(start_params)
+        log_ratio = start.log_prob(action) - old_log_prob
         target, advantage = vtrace(
             log_ratio, batch["reward"], batch["value"], batch["next_value"],
             batch["terminated"], batch["done"], batch["length"], discount=config.discount,
@@ -111,8 +126,8 @@ class APPO(IMPALA):
             "observ": batch["observ"], "action": action, "mask": mask, "target": target,
             "advantage": advantage_lib.normalize(advantage, mask),
             "old_log_prob": old_log_prob,
-            **{key: value for key, value in batch.items()
-               if key.startswith("policy_") or key == "state"}}
+            **{"old_policy_" + key: value for key, value in start_params.items()},
+            **{key: value for key, value in batch.items() if key == "state"}}
         rows = tf.shape(mask)[0]
         size = config.batch_size
         if size is None:
@@ -152,8 +167,10 @@ class APPO(IMPALA):
             _, _, metrics = tf.while_loop(
                 lambda index, *_: index < total, body, (tf.constant(1), order, metrics))
         with tf.control_dependencies(tf.nest.flatten(metrics)):
-            kl = masked_mean(behaviour.kl(self._replayed(batch)), mask)
-        result = {**metrics, "kl": kl, "mean_return": masked_mean(target, mask),
+            new = self._replayed(batch)
+        kl = masked_mean(start.kl(new), mask)
+        result = {**metrics, "kl": kl, "behaviour_kl": masked_mean(behaviour.kl(new), mask),
+                  "mean_return": masked_mean(target, mask),
                   "mean_rho": masked_mean(tf.exp(log_ratio), mask),
                   "mask": mask, "advantage": advantage}
         if config.clip_ratio is None:
@@ -163,12 +180,13 @@ class APPO(IMPALA):
 
     def _minibatch_step(self, minibatch):
         """One optimizer step over both networks on `minibatch` (rows of the update's
-        batch, with its V-trace `target`, normalized `advantage`, `old_log_prob` and the
-        behaviour policy's `policy_` parameters); returns the optimizer's diagnostics and
-        `surrogate`, `value_loss` and `entropy`, float32 scalars."""
+        batch, with its V-trace `target`, normalized `advantage`, the behaviour policy's
+        `old_log_prob` and the `old_policy_` parameters of pi_old, the policy at the
+        update's start); returns the optimizer's diagnostics and `surrogate`,
+        `value_loss` and `entropy`, float32 scalars."""
         config, networks, distribution = self._config, self._networks, self._distribution
         mask, action = minibatch["mask"], minibatch["action"]
-        behaviour = parts.stored_policy(distribution, minibatch)
+        reference = parts.stored_policy(distribution, minibatch, "old_policy_")
         terms = {}
 
         def loss_fn():
@@ -177,7 +195,7 @@ class APPO(IMPALA):
                 value = networks.value(minibatch["observ"])
             policy = losses.policy_loss(
                 new.log_prob(action), minibatch["old_log_prob"], minibatch["advantage"],
-                behaviour.kl(new), mask, self._penalty, config.kl_target,
+                reference.kl(new), mask, self._penalty, config.kl_target,
                 config.kl_cutoff_factor, config.kl_cutoff_coef, new.entropy(),
                 config.entropy_coef, config.clip_ratio)
             value_loss = losses.value_loss(value, minibatch["target"], mask)
