@@ -208,8 +208,9 @@ class InProcessPool:
 
     def __init__(self, config):
         self.actor = actor_lib.TransitionActor(config, 0)
-        self.actor.build()
+        self.agents = self.actor.build()["agents"]
         self.published = []
+        self.recordings = []  # What the actor returned, in order.
         self.restarts, self.discarded = [0], 0
 
     def publish(self, version, weights):
@@ -218,15 +219,16 @@ class InProcessPool:
     def next(self):
         version, weights = self.published[-1]
         result = self.actor.collect(version, weights)
+        self.recordings.append(result["fragment"])
         return Fragment(0, result["version"], result["fragment"], result["scores"],
                         result["lengths"], result["seconds"], 1)
 
 
 def test_the_learner_holds_the_replay_ratio_and_broadcasts_every_so_many_updates(tmp_path):
     """6 recordings of 2 x 10 steps at 0.5 updates per step: 10 updates each (60 in all,
-    the version), every transition stored with its actor's priority, the weights published
-    at the start and whenever 16 more updates were made, the actor acting with the
-    learner's step and weights; `apex/replay_ratio` is 0.5 and the version is kept."""
+    the version), the weights published at the start and whenever 16 more updates were
+    made, the actor acting with the learner's step and weights; `apex/replay_ratio` is
+    0.5 and the version is kept. (The first priorities stored: the test below.)"""
     steps = 6 * 2 * 10
     config = _apex_config(steps=steps, eval_every=steps, log_every=40, eval_episodes=0,
                           broadcast_every=16)
@@ -255,20 +257,145 @@ def test_the_learner_holds_the_replay_ratio_and_broadcasts_every_so_many_updates
     assert int(restored.policy_version.numpy()) == 60
 
 
+ALPHA, EPSILON = 0.6, 0.01  # Prioritized replay's settings in the runs below.
+
+
+def _stored(memory):
+    """The rows of a replay memory, in order: dict of NumPy arrays of `FIELDS`."""
+    rows = memory._ring.gather(tf.range(int(memory.size.numpy())))
+    return {key: rows[key].numpy() for key in FIELDS}
+
+
+@pytest.fixture(scope="module")
+def dqn_apex_run(tmp_path_factory):
+    """An Ape-X DQN run of 3 recordings of 2 x 10 steps that makes no update
+    (`learning_starts` out of reach), the learner's target network perturbed away from its
+    online one before the first broadcast: `(algo, weights, recordings)`, the learner's
+    algorithm, the NumPy weights of its online and target networks as broadcast
+    (`policy`, `target_policy`), and the recordings its actor returned."""
+    steps = 3 * 2 * 10
+    config = _apex_config(steps=steps, eval_every=steps, log_every=steps, eval_episodes=0,
+                          learning_starts=10 ** 6, prioritized_replay={
+                              "alpha": ALPHA, "beta": 0.4, "epsilon": EPSILON})
+    built = build.build(config, environments.create_batch(config))
+    state = built.algo.checkpoint_state
+    ref.perturb(state["target_policy"], 0.5, seed=1)
+    weights = {key: ref.q_network_weights(state[key]) for key in ("policy", "target_policy")}
+    pool = InProcessPool(config)
+    loop = ApexLoop(tmp_path_factory.mktemp("apex"), *built, pool=pool, broadcast_every=16,
+                    max_policy_lag=None, steps=steps, eval_every=steps, eval_episodes=0,
+                    log_every=steps, progress=False)
+    loop.run()
+    assert len(pool.recordings) == 3 and loop.version == 0
+    return built.algo, weights, pool.recordings
+
+
+def test_the_learner_stores_each_transition_with_its_actors_first_priority(dqn_apex_run):
+    """`ApexLoop` through `learn_transitions`: the learner's prioritized memory holds the
+    actor's transitions, each (matched by its observations and action) with the priority
+    (|delta| + epsilon)^alpha of the TD error delta the actor computed for it (Horgan et
+    al. 2018, algorithm 2; Schaul et al. 2016, sec. 3.3), computed here from the
+    recordings. Catches: the actors' TD errors dropped on the way (every transition
+    inserted at the largest priority so far)."""
+    algo, _, recordings = dqn_apex_run
+    sent = {}
+    for recording in recordings:
+        transitions = recording["transitions"]
+        for index, error in enumerate(recording["td_error"]):
+            key = (transitions["observ"][index].tobytes(), int(transitions["action"][index]),
+                   transitions["nextob"][index].tobytes())
+            sent[key] = (error, transitions["reward"][index], transitions["discount"][index])
+    assert len(sent) == sum(len(recording["td_error"]) for recording in recordings) > 40
+    rows = _stored(algo.memory)
+    assert len(rows["reward"]) == len(sent)
+    want = []
+    for index in range(len(rows["reward"])):
+        key = (rows["observ"][index].tobytes(), int(rows["action"][index]),
+               rows["nextob"][index].tobytes())
+        assert key in sent, f"row {index} is none of the actor's transitions"
+        error, reward, discount = sent.pop(key)
+        assert (rows["reward"][index], rows["discount"][index]) == (reward, discount)
+        want.append((abs(float(error)) + EPSILON) ** ALPHA)
+    want = np.array(want)
+    assert want.max() - want.min() > 0.1  # Unequal: the largest one would not pass.
+    got = algo.memory.priorities.get(tf.range(len(want))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_an_actor_computes_its_td_errors_with_the_learners_target_network(dqn_apex_run):
+    """The actor's first priorities come from the networks the learner broadcast, its
+    target network included (perturbed away from the online one, and from the actor's
+    own initial weights): each recording's TD errors are the NumPy |Q(s, a) - y| with
+    y = R + gamma_k Q'(s', argmax_a Q(s', a)) of the learner's Q and Q' (double Q-learning,
+    van Hasselt et al. 2016). Catches: `apex_variables` without the target network (the
+    actor keeps its own); the actor's TD error with its online network as the target."""
+    _, weights, recordings = dqn_apex_run
+    q, target = weights["policy"], weights["target_policy"]
+    for recording in recordings:
+        batch = {key: value.astype(np.float64)
+                 for key, value in recording["transitions"].items()}
+        action = recording["transitions"]["action"]
+        count, allowed = len(action), np.ones((len(action), 2), bool)
+        y, *_ = ref.dqn_target(q, target, batch, allowed, True)
+        taken = ref.q_network(q, batch["observ"])[np.arange(count), action]
+        np.testing.assert_allclose(recording["td_error"], np.abs(taken - y), rtol=1e-4,
+                                   atol=1e-5)
+        online_y, *_ = ref.dqn_target(q, q, batch, allowed, True)
+        bootstraps = batch["discount"] > 0
+        assert bootstraps.any() and np.abs(online_y - y)[bootstraps].max() > 0.1
+
+
 @pytest.mark.parametrize("algorithm", ["sac", "td3"])
-def test_sac_and_td3_actors_record_and_their_learner_learns(algorithm, tmp_path):
+def test_sac_and_td3_learners_learn_from_their_actors_transitions(algorithm, tmp_path):
     """The same machinery for Box actions (Ape-X DPG in the paper): an actor of Pendulum
-    records transitions and the learner updates on them."""
+    records 3 x 16 transitions; the learner's memory holds exactly those, in the order
+    they came, and its 48 updates on them moved its critics toward their targets: the
+    critics' mean squared error (NumPy) on every stored transition against the targets y
+    of the learner's initial networks (`ref.sac_target`, `ref.td3_target`; fixed noise)
+    fell below half of what it was (to about 0.1-0.15 of it; 0.8-0.95 with the sampled
+    batches' rewards zeroed). Catches: a learner storing other transitions than
+    the actor's (zeros, the reward dropped: the memory's rows); one updating on its
+    batches without their rewards (the critics' error)."""
     keras.utils.set_random_seed(0)
+    steps = 3 * 2 * 8
     config = configs.load("pendulum_sac", {
         "algorithm": algorithm, "actors": 1, "envs_per_actor": 2, "rollout_length": 8,
         "num_agents": 2, "policy_layers": [8], "value_layers": [8], "batch_size": 8,
-        "learning_starts": 1, "steps": 32, "eval_every": 32, "eval_episodes": 0,
-        "prioritized_replay": {"alpha": 0.6, "beta": 0.4}, "jit_update": False})
+        "value_lr": 0.03, "learning_starts": 1, "steps": steps, "eval_every": steps,
+        "eval_episodes": 0, "prioritized_replay": {"alpha": ALPHA, "beta": 0.4},
+        "jit_update": False})
     built = build.build(config, environments.create_batch(config))
+    algo = built.algo
+    state = algo.checkpoint_state
+    critic = ref.twin_q_weights(state["critic"])
+    target_critic = ref.twin_q_weights(state["target_critic"])
+    if algorithm == "sac":
+        policy = ref.gaussian_actor_weights(state["policy"])
+        log_alpha = float(state["log_temperature"].numpy())
+    else:
+        policy = ref.deterministic_actor_weights(state["target_policy"])
     pool = InProcessPool(config)
     loop = ApexLoop(tmp_path, *built, pool=pool, broadcast_every=1, max_policy_lag=None,
-                    steps=32, eval_every=32, eval_episodes=0, log_every=16, progress=False)
+                    steps=steps, eval_every=steps, eval_episodes=0, log_every=16,
+                    progress=False)
     loop.run()
-    assert loop.version == int(built.algo.updates.numpy()) > 0
-    assert int(built.algo.memory.size.numpy()) > 0
+    assert loop.version == int(algo.updates.numpy()) == steps  # One per step, from the 1st.
+    rows = _stored(algo.memory)
+    assert len(pool.recordings) == 3
+    for key in FIELDS:
+        sent = np.concatenate([recording["transitions"][key] for recording in pool.recordings])
+        np.testing.assert_array_equal(rows[key], sent, err_msg=key)
+    batch = {key: value.astype(np.float64) for key, value in rows.items()}
+    assert len(batch["reward"]) == steps and (batch["reward"] < -0.5).all()
+    noise = np.random.default_rng(0).normal(size=batch["action"].shape)
+    if algorithm == "sac":
+        y = ref.sac_target(policy, target_critic, log_alpha, batch, noise)
+    else:
+        y = ref.td3_target(policy, target_critic, batch, noise, algo._config.target_noise,
+                           algo._config.target_noise_clip)
+
+    def error(weights):
+        return np.mean((ref.twin_q(weights, batch["observ"], batch["action"]) - y) ** 2)
+
+    before, after = error(critic), error(ref.twin_q_weights(state["critic"]))
+    assert after < 0.5 * before
