@@ -1,7 +1,9 @@
 """The replay memory that keeps each frame of stacked observations once
-(`batchrl.memories.frame_storage`), against the NumPy replay of test_replay: its live
-transitions are the newest of the reference, their frames intact after the ring wrapped,
-each frame stored once, and sampling draws live transitions only."""
+(`batchrl.memories.frame_storage`), against the NumPy replay of test_replay and a NumPy
+model of the frame ring: its live transitions are the newest of the reference, their frames
+intact after the ring wrapped, each frame stored once within the window (also when a small
+palette of frames recurs across episodes and laps), and sampling draws live transitions
+only."""
 
 import numpy as np
 import pytest
@@ -16,16 +18,24 @@ ACTION = ((), tf.int32)
 
 
 class Episodes:
-    """Agents whose observations stack their last K frames (random ones), a new episode
-    starting with its first frame repeated K times, as EnvPool's Atari stacks do."""
+    """Agents whose observations stack their last K frames, a new episode starting with its
+    first frame repeated K times, as EnvPool's Atari stacks do. The frames are random ones,
+    or with `palette` > 0 drawn from that many distinct nonzero frames, so that equal
+    frames recur within and across episodes and the ring's laps."""
 
-    def __init__(self, rng, agents, axis, channels):
+    def __init__(self, rng, agents, axis, channels, palette=0):
         self.rng, self.axis, self.channels = rng, axis, channels
+        self.shape = (channels, SIDE, SIDE) if axis == 0 else (SIDE, SIDE, channels)
+        self.palette = None
+        if palette:
+            self.palette = rng.integers(1, 256, (palette,) + self.shape, dtype=np.uint8)
+            assert len({frame.tobytes() for frame in self.palette}) == palette
         self.history = [self._first() for _ in range(agents)]
 
     def _frame(self):
-        shape = (self.channels, SIDE, SIDE) if self.axis == 0 else (SIDE, SIDE, self.channels)
-        return self.rng.integers(0, 256, shape, dtype=np.uint8)
+        if self.palette is not None:
+            return self.palette[self.rng.integers(len(self.palette))]
+        return self.rng.integers(0, 256, self.shape, dtype=np.uint8)
 
     def _first(self):
         return [self._frame()] * K
@@ -54,6 +64,96 @@ class Episodes:
             self.history[agent] = self._first()
 
 
+class LoggedReplay(NumpyReplay):
+    """test_replay's NumPy replay that also keeps the transitions of each write: `begin`
+    opens a write (one `ReplayMemory.add` or `reset_agents`), `writes` lists them."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.writes = []
+
+    def begin(self):
+        self.writes.append([])
+
+    def write(self, **transition):
+        super().write(**transition)
+        self.writes[-1].append(transition)
+
+
+class FrameRing:
+    """A NumPy model of the frame ring's rule (frame_storage's docstring), for the writes of
+    a `LoggedReplay`: each frame of a write's stacks (all `observ` stacks' frames, oldest
+    first, then all `nextob` stacks') equal to the frame of one of the last `window` slots
+    may take any such slot; another equal to an earlier frame of the write takes its slot;
+    any other takes the next new slot from `position` on. The write's transitions take the
+    slots from `position` on; it advances past its new frames or its transitions, whichever
+    are more, and takes the slots `2 window` ahead that it advances over out of sampling."""
+
+    def __init__(self, capacity, window, axis, channels):
+        self.window, self.axis, self.channels = window, axis, channels
+        self.slots = capacity + 2 * window
+        self.frames = [None] * self.slots  # Each slot's frame (uint8 array), None: none yet.
+        self.live = np.zeros(self.slots, bool)
+        self.allowed = [None] * self.slots  # Each row's 2 K sets of slots its frames may take.
+        self.position = 0
+
+    def _split(self, stack):
+        c = self.channels
+        return [stack[i * c:(i + 1) * c] if self.axis == 0 else stack[..., i * c:(i + 1) * c]
+                for i in range(K)]
+
+    def write(self, transitions):
+        p, window, slots = self.position, self.window, self.slots
+        near = [(p - window + j) % slots for j in range(window)]
+        candidates = [frame for key in ("observ", "nextob") for transition in transitions
+                      for frame in self._split(transition[key])]
+        in_window = {}  # The bytes of the window's frames -> their slots.
+        for slot in near:
+            if self.frames[slot] is not None:
+                in_window.setdefault(self.frames[slot].tobytes(), set()).add(slot)
+        placed, allowed = {}, []  # placed: a new frame's bytes -> its slot.
+        for frame in candidates:
+            shared = in_window.get(frame.tobytes())
+            if not shared:
+                shared = {placed.setdefault(frame.tobytes(), (p + len(placed)) % slots)}
+            allowed.append(shared)
+        for frame in candidates:
+            if frame.tobytes() in placed:
+                self.frames[placed[frame.tobytes()]] = frame
+        m, advance = len(transitions), max(len(placed), len(transitions))
+        assert advance <= window  # The memory would raise.
+        self.live[(p + 2 * window + np.arange(advance)) % slots] = False
+        for i in range(m):
+            self.live[(p + i) % slots] = True
+            self.allowed[(p + i) % slots] = allowed[i * K:(i + 1) * K] + \
+                allowed[(m + i) * K:(m + i + 1) * K]
+        self.position = (p + advance) % slots
+
+
+def _assert_frames_kept_once(memory, reference):
+    """The memory's ring is the `FrameRing` model's after the reference's writes: the same
+    slots hold a frame (the same one), the same slots are live, and each frame of a live
+    transition is in a slot the model allows it (one frame a slot within the window)."""
+    window = memory.frame_stack["window"]
+    model = FrameRing(memory.capacity, window, memory.frame_stack["axis"],
+                      memory.observ_spec[0][memory.frame_stack["axis"]] // K)
+    for transitions in reference.writes:
+        model.write(transitions)
+    assert int(memory.position) == model.position
+    fields = {key: value.numpy()[:model.slots] for key, value in memory.storage.items()}
+    occupied = [slot for slot, frame in enumerate(model.frames) if frame is not None]
+    assert np.flatnonzero(fields["fingerprint"] != -1).tolist() == occupied
+    for slot in occupied:
+        np.testing.assert_array_equal(fields["frames"][slot], model.frames[slot],
+                                      err_msg=f"slot {slot}")
+    np.testing.assert_array_equal(fields["live"], model.live)
+    for row in np.flatnonzero(model.live):
+        frame_slots = np.concatenate([fields["observ"][row], fields["nextob"][row]])
+        for slot, allowed in zip(frame_slots, model.allowed[row], strict=True):
+            assert slot in allowed, (row, slot, allowed)
+    return model
+
+
 def _live_in_order(memory):
     """The live slots of a frame-stack memory, oldest first."""
     ring = memory._ring
@@ -70,19 +170,21 @@ def _assert_newest(memory, reference):
     rows = (reference.position - len(slots) + np.arange(len(slots))) % reference.capacity
     for key in FIELDS:
         expected = np.stack([reference.rows[key][row] for row in rows])
-        np.testing.assert_allclose(stored[key], expected, rtol=1e-6, err_msg=key)
+        np.testing.assert_allclose(stored[key], expected, rtol=1e-6, atol=1e-6, err_msg=key)
     return stored
 
 
 def _fill(axis, channels, n_step, steps=150, capacity=60, agents=4, window=48, seed=0,
-          prioritized=None):
+          prioritized=None, palette=0, check=False):
+    """A memory and its `LoggedReplay` after `steps` steps of random agents with resets;
+    with `check`, the live transitions are the reference's newest every 10 steps."""
     rng = np.random.default_rng(seed)
     shape = (K * channels, SIDE, SIDE) if axis == 0 else (SIDE, SIDE, K * channels)
     memory = ReplayMemory((shape, tf.uint8), ACTION, capacity, agents, n_step, 0.9,
                           prioritized=prioritized, seed=seed,
                           frame_stack={"frames": K, "axis": axis, "window": window})
-    reference = NumpyReplay(capacity, agents, n_step, 0.9)
-    episodes = Episodes(rng, agents, axis, channels)
+    reference = LoggedReplay(capacity, agents, n_step, 0.9)
+    episodes = Episodes(rng, agents, axis, channels, palette)
     # One trace for every number of agents: eager steps would take most of the test's time.
     add = tf.function(lambda step: memory.add(**step), reduce_retracing=True)
     reset = tf.function(memory.reset_agents)
@@ -91,27 +193,39 @@ def _fill(axis, channels, n_step, steps=150, capacity=60, agents=4, window=48, s
         agents_now = rng.permutation(agents)[:rng.integers(1, agents + 1)]
         step = episodes.step(agents_now)
         written += int(add(step))
+        reference.begin()
         reference.add(*step.values())
+        if check and t % 10 == 9:
+            _assert_newest(memory, reference)
         if t % 23 == 22:
             cut = np.sort(rng.choice(agents, 2, replace=False)).astype(np.int32)
             written += int(reset(cut))
+            reference.begin()
             reference.flush(cut)
             episodes.restart(cut)
     assert written > memory._ring.slots  # The ring wrapped around.
     return memory, reference
 
 
-@pytest.mark.parametrize("axis, channels, n_step", [(0, 1, 1), (0, 1, 3), (-1, 2, 3)])
-def test_live_transitions_are_the_newest_with_their_frames_kept_once(axis, channels, n_step):
-    memory, reference = _fill(axis, channels, n_step)
+@pytest.mark.parametrize("axis, channels, n_step, palette, window", [
+    (0, 1, 1, 0, 48), (0, 1, 3, 0, 48), (-1, 2, 3, 0, 48),
+    (0, 1, 1, 4, 48), (0, 1, 3, 3, 12), (-1, 2, 3, 5, 12)])
+def test_live_transitions_are_the_newest_with_their_frames_kept_once(axis, channels, n_step,
+                                                                     palette, window):
+    memory, reference = _fill(axis, channels, n_step, window=window, palette=palette,
+                              check=True)
     assert int(memory.size) >= 40  # Of 60: the slots of new episodes' frames are not rows.
     stored = _assert_newest(memory, reference)
+    _assert_frames_kept_once(memory, reference)
     frame_slots = np.concatenate([memory.storage[key].numpy()[_live_in_order(memory)]
                                   for key in ("observ", "nextob")]).ravel()
     frames = np.concatenate([np.stack(np.split(stored[key], K, 1 if axis == 0 else -1))
                              for key in ("observ", "nextob")], 1)
     distinct = {frame.tobytes() for frame in frames.reshape(-1, frames[0, 0].size)}
-    assert len(set(frame_slots)) == len(distinct)  # One slot a frame.
+    if palette:  # Equal frames more than a window apart: one slot each time.
+        assert len(distinct) <= palette < len(set(frame_slots))
+    else:  # Frames never recur out of their window: one slot a frame.
+        assert len(set(frame_slots)) == len(distinct)
 
 
 def test_equal_fingerprints_of_other_frames_keep_them_apart():
@@ -122,6 +236,7 @@ def test_equal_fingerprints_of_other_frames_keep_them_apart():
     for _ in range(30):
         step = episodes.step(np.arange(4))
         memory.add(**step)
+        reference.begin()
         reference.add(*step.values())
     _assert_newest(memory, reference)
 
