@@ -6,6 +6,7 @@ priorities (`transitions.TransitionRecorder`)."""
 
 import os
 import socket
+import threading
 import time
 
 import numpy as np
@@ -20,17 +21,33 @@ APEX_ALGORITHMS = ("dqn", "sac", "td3")
 # module itself is imported wherever Ray unpickles the class.
 
 
-def actor_config(config, index):
-    """The config of actor `index` (int >= 0) of a run of `config`: `envs_per_actor`
-    environments stepped in the actor's process (`env_backend: local`, or the in-graph or
-    EnvPool batch the env id names), and seed `config.seed + 1 + index` for its
-    environments and its sampling, so that no two actors, nor the learner's evaluation,
-    draw the same episodes. An Ape-X actor (an off-policy algorithm) keeps no replay memory
-    (`replay_capacity: 1`, no `replay_frame_stack`), and an `apex_epsilon` exploration gets
-    the actor's place among all actors' agents (`first`, `explorers`), so that each agent
-    explores with an epsilon of its own."""
+def environment_seed(config, index, incarnation=0):
+    """The seed of the first environment of actor `index`'s `incarnation` (int >= 0: the
+    restarts before it) in a run of `config`; its environment j gets this seed plus j.
+
+    The learner's own environments (its evaluation batch) take `seed + j` for j below
+    `num_agents`, as every run's do; the actors' blocks of `envs_per_actor` seeds follow,
+    one block per actor and incarnation, numbered `incarnation * actors + index`. So no
+    two environments of a run, across actors, their restarts and evaluation, start from
+    the same seed, and two runs with the same `seed` start from the same ones
+    (docs/distributed.md, "Reproducibility").
+    """
+    block = incarnation * config.actors + index
+    return config.seed + config.num_agents + block * config.envs_per_actor
+
+
+def actor_config(config, index, incarnation=0):
+    """The config of actor `index` (int >= 0) of a run of `config`, in its `incarnation`
+    (int >= 0, the restarts before it): `envs_per_actor` environments stepped in the
+    actor's process (`env_backend: local`, or the in-graph or EnvPool batch the env id
+    names), and `seed` the seed of its first environment (`environment_seed`), which also
+    seeds its sampling, so that no two actors, nor their restarts, nor the learner's
+    evaluation draw the same episodes. An Ape-X actor (an off-policy algorithm) keeps no
+    replay memory (`replay_capacity: 1`, no `replay_frame_stack`), and an `apex_epsilon`
+    exploration gets the actor's place among all actors' agents (`first`, `explorers`), so
+    that each agent explores with an epsilon of its own."""
     changes = dict(num_agents=config.envs_per_actor, env_backend="local",
-                   seed=config.seed + 1 + index)
+                   seed=environment_seed(config, index, incarnation))
     if config.algorithm in APEX_ALGORITHMS:
         changes.update(replay_capacity=1, replay_frame_stack=None)
         exploration = config.get("exploration")
@@ -82,17 +99,25 @@ class FragmentActor:
       index: int >= 0, this actor's index (`actor_config`).
       setup: optional callable without arguments that `build` calls first, before
         TensorFlow is imported (e.g. to import it quietly).
+      incarnation: int >= 0, the restarts of this actor before this one (`actor_config`).
+
+    Weights reach it as publications (`take_weights`), which the pool sends as soon as the
+    learner publishes, on a thread of their own while a recording runs; each `collect`
+    acts with the newest publication it holds when it starts.
     """
 
-    def __init__(self, config, index, setup=None):
-        self._config = actor_config(config, index)
+    def __init__(self, config, index, setup=None, incarnation=0):
+        self._config = actor_config(config, index, incarnation)
         self._setup = setup
         self._recorder = None
         self._batch_env = None
         self._actor = None  # The acting half (`_make_recorder`).
         self._set_weights = None
         self._running = None
-        self._version = None
+        self._version = None  # The version acting.
+        self._applied = None  # The publication acting.
+        self._newest = None  # (publication, version, weights), the newest taken.
+        self._held = threading.Condition()
 
     def build(self):
         """Creates the environments and the acting half; returns a dict describing the
@@ -142,10 +167,25 @@ class FragmentActor:
         self._set_weights = actor.set_weights
         return batch_env
 
-    def collect(self, version, weights):
-        """Records one fragment with the policy of `version` (int), first taking `weights`
-        (`Actor.get_weights` of the learner: the policy's and the observation filter's
-        arrays) when the version is new to this actor (None: keep the weights it has).
+    def take_weights(self, publication, version, weights):
+        """Keeps `weights` (the learner's `Actor.get_weights`: the policy's and the
+        observation filter's arrays, and for Ape-X the `apex_variables`) of policy
+        `version` (int) as publication `publication` (int, rising with each of the
+        learner's publications) for the next `collect` to act with; a publication older
+        than one held is ignored. Safe to call from another thread while `collect` runs
+        (the pool's "weights" concurrency group)."""
+        with self._held:
+            if self._newest is None or publication > self._newest[0]:
+                self._newest = (int(publication), int(version), weights)
+            self._held.notify_all()
+
+    def collect(self, version=None, weights=None, publication=None):
+        """Records one fragment with the newest weights this actor holds when it starts:
+        `weights` (`take_weights`' arrays) of policy `version` (int) when given, taken
+        at once (in-process callers); else, with `publication` (int), the newest
+        publication taken (`take_weights`), waiting for one at least that new (the pool
+        sends it before the call, on another thread); with neither, the weights it acts
+        with already (the initial ones, version None, before any).
 
         Returns:
           dict: `fragment` (the recorder's `collect`: a `FragmentRecorder` fragment, or a
@@ -154,12 +194,26 @@ class FragmentActor:
           it), `seconds` (float, wall-clock time of the recording).
 
         Raises:
+          TimeoutError: publication `publication` did not arrive within `worker_timeout`
+            seconds.
           the exception an environment raised (its batch's `error`), or TensorFlow's error
           of the recording.
         """
-        if weights is not None and version != self._version:
+        if weights is not None:
             self._set_weights(weights)
-            self._version = int(version)
+            self._version, self._applied = int(version), None
+        elif publication is not None:
+            with self._held:
+                if not self._held.wait_for(
+                        lambda: self._newest is not None and self._newest[0] >= publication,
+                        timeout=self._config.worker_timeout):
+                    raise TimeoutError(f"the learner's weights (publication {publication}) "
+                                       f"did not arrive within "
+                                       f"{self._config.worker_timeout:g} s")
+                number, newest_version, newest = self._newest
+            if number != self._applied:
+                self._set_weights(newest)
+                self._version, self._applied = newest_version, number
         start = time.perf_counter()
         try:
             fragment = self._recorder.collect()

@@ -27,8 +27,10 @@ class ApexLoop(ActorLearnerLoop):
 
     Policy versions count updates: the actors get the learner's `apex_variables` (the
     policy, the networks of the TD error, the observation filter and the global step, for
-    exploration schedules) at each train phase's start and whenever `broadcast_every`
-    more updates were made; policy lag and `max_policy_lag` are in updates too.
+    exploration schedules) at each train phase's start, whenever `broadcast_every` more
+    updates were made, and after every recording while no update was made since the last
+    publication (before `learning_starts`, so that the actors' epsilon schedules follow
+    the learner's step); policy lag and `max_policy_lag` are in updates too.
 
     Besides `ActorLearnerLoop`'s summaries, the train writer receives under `apex/`, over
     the recordings since the last write: `replay_ratio` (updates per environment step,

@@ -24,11 +24,20 @@ def check(config):
 
     Raises:
       ConfigError: an algorithm that cannot learn from actors, no `rollout_length` (the
-        steps per agent of an actor's call), or `reward_normalizer: return` with
-        `normalize_reward`.
+        steps per agent of an actor's call), `reward_normalizer: return` with
+        `normalize_reward`, or a `max_policy_lag` below `broadcast_every - 1` (the
+        fragments acted with the newest weights would grow too old before the next
+        publication).
     """
     if not config.actors:
         return
+    if (config.max_policy_lag is not None
+            and config.max_policy_lag < config.broadcast_every - 1):
+        raise configs.ConfigError(
+            f"config keys 'max_policy_lag' ({config.max_policy_lag}) and 'broadcast_every' "
+            f"({config.broadcast_every}): max_policy_lag must be at least broadcast_every - 1, "
+            f"or fragments acted with the newest weights are dropped before the next "
+            f"publication")
     if config.algorithm not in ALGORITHMS:
         raise configs.ConfigError(
             f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors; "
@@ -50,10 +59,16 @@ class ActorLearnerLoop(Loop):
 
     Policy versions count the learner's updates (`version`, kept in the checkpoint); the
     actors get the learner's weights (`Actor.get_weights`: the policy and the observation
-    filter) at the start of each train phase and every `broadcast_every` updates. A
+    filter) at the start of each train phase, every `broadcast_every` updates, and after
+    each fragment learned from without an update since the last publication (an Ape-X
+    learner before `learning_starts`: the global step and the observation statistics move
+    on, and the actors' exploration schedules follow the step). A
     fragment's policy lag is the learner's version minus the version that acted on it;
     a fragment with a lag above `max_policy_lag` (None: no bound) is dropped and counted,
-    its steps not learned from nor counted in the global step.
+    its steps not learned from nor counted in the global step, and the learner publishes
+    its weights then if it has not published its current version yet: so the actors soon
+    act with weights young enough, whatever `broadcast_every`, and no setting can stall
+    the learner.
 
     At every `log_every` steps and at a phase's end, besides `mean_score` and
     `mean_length` of the actors' finished episodes and the update's summaries, the train
@@ -86,6 +101,7 @@ class ActorLearnerLoop(Loop):
         self._broadcast_every = int(broadcast_every)
         self._max_policy_lag = max_policy_lag
         self.dropped = 0  # Fragments too old to learn from, in this process.
+        self._published = None  # The version last published.
 
     @property
     def version(self):
@@ -94,6 +110,7 @@ class ActorLearnerLoop(Loop):
 
     def _publish(self):
         self._pool.publish(self.version, self._weights())
+        self._published = self.version
 
     def _weights(self):
         """The arrays the actors act with (`Actor.get_weights`)."""
@@ -107,7 +124,7 @@ class ActorLearnerLoop(Loop):
         next_log = (step // self._log_every + 1) * self._log_every
         scores, lengths = [], []
         window = _Window(step, 0)
-        start_step, start_time = step, time.time()
+        start_step, start_time, dropped = step, time.time(), self.dropped
         self._publish()
         version = self.version
         writer = self._writers["train"]
@@ -120,6 +137,8 @@ class ActorLearnerLoop(Loop):
             lag = version - taken.version
             if self._max_policy_lag is not None and lag > self._max_policy_lag:
                 self.dropped += 1
+                if self._published != version:
+                    self._publish()
                 continue
             after = step + int(np.sum(taken.fragment["length"]))
             log = after >= next_log or after >= end
@@ -130,8 +149,9 @@ class ActorLearnerLoop(Loop):
                 updates = self._learn(taken, log)
             previous, version = version, version + updates
             self._version.assign(version)
-            if version // self._broadcast_every > previous // self._broadcast_every:
-                self._publish()
+            if (version // self._broadcast_every > previous // self._broadcast_every
+                    or version == self._published):
+                self._publish()  # Also the step and statistics of a learner not updating yet.
             scores.extend(taken.scores)
             lengths.extend(taken.lengths)
             window.add(taken, lag, updates)
@@ -140,7 +160,16 @@ class ActorLearnerLoop(Loop):
                 window = _Window(after, len(scores))
             bar.update(after - step)
             step = after
-        return self._train_result(step, start_step, start_time, scores, lengths)
+        result = self._train_result(step, start_step, start_time, scores, lengths)
+        if not scores:
+            agents = self._pool.agents
+            result.no_episode = (
+                f"the actors' fragments learned from held {result.steps:,} steps of their "
+                f"{agents} environments, {result.steps // agents:,} each, and no episode's "
+                f"end; episodes run on across phases")
+            if self.dropped > dropped:
+                result.no_episode += f"; {self.dropped - dropped:,} fragments dropped for lag"
+        return result
 
     def _learn(self, taken, log):
         """Learns from `taken` (a `pool.Fragment`) with summaries while `log`; returns the

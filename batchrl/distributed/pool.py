@@ -32,7 +32,10 @@ class ActorPool:
     not finish a call within `timeout` seconds of starting it is killed and replaced by a
     new one (its calls in flight are discarded and counted in `discarded`), up to
     `restarts` times per actor; the next failure raises `WorkerError` naming it. Weights
-    travel through the object store once per `publish`, whatever the number of actors.
+    travel through the object store once per `publish`, whatever the number of actors,
+    and reach every actor at once, on a thread of its own while it records
+    (`FragmentActor.take_weights`, in the concurrency group "weights"): a call acts with
+    the newest weights published when it starts, not when it was queued.
 
     Args:
       config: the run's `Config` as loaded (`actor.FragmentActor`).
@@ -73,7 +76,8 @@ class ActorPool:
         self._info = [None] * int(count)
         self._pending = {}  # ObjectRef -> actor index, in submission order.
         self._started = [None] * int(count)  # When each actor's oldest call began.
-        self._weights = (None, None)  # (version, ObjectRef of the arrays).
+        # The newest publication: (number, version, ObjectRef of the arrays), or None.
+        self._weights = None
         self._builds = None  # The actors' `build` calls, until `wait_built`.
         try:
             cluster = float(self._ray.cluster_resources().get("CPU", 0))
@@ -81,7 +85,7 @@ class ActorPool:
                 raise NotEnoughCPUs(
                     f"{count} actors of {self._cpus:g} CPUs each (actors, actor_cpus) need "
                     f"{count * self._cpus:g} CPUs; the Ray cluster has {cluster:g}")
-            self._remote = self._ray.remote(actor_class)
+            self._remote = self._ray.remote(concurrency_groups={"weights": 1})(actor_class)
             for index in range(count):
                 self._actors[index] = self._new_actor(index)
             self._builds = [actor.build.remote() for actor in self._actors]
@@ -125,8 +129,12 @@ class ActorPool:
 
     def publish(self, version, weights):
         """Makes `weights` (list of arrays: `Actor.get_weights`) of policy `version` (int)
-        the ones every later call acts with (one object-store put)."""
-        self._weights = (int(version), self._ray.put(weights))
+        the ones every call that starts from now on acts with: one object-store put, sent
+        to every actor at once (`FragmentActor.take_weights`)."""
+        number = self._weights[0] + 1 if self._weights else 0
+        self._weights = (number, int(version), self._ray.put(weights))
+        for index in range(len(self._actors)):
+            self._send_weights(index)
 
     def next(self):
         """The next fragment any actor finished (`Fragment`), after topping every actor up
@@ -183,6 +191,12 @@ class ActorPool:
         self._ray = None
         connection.disconnect()
 
+    def _send_weights(self, index):
+        """Sends the newest publication to actor `index` (nothing before the first)."""
+        if self._weights is not None and self._actors[index] is not None:
+            take = self._actors[index].take_weights.options(concurrency_group="weights")
+            take.remote(*self._weights)
+
     def _new_actor(self, index):
         # Without task events: Ray's GCS keeps those of up to 100,000 tasks (for its
         # dashboard), and every fragment is a task. With them, the GCS of a cartpole_impala
@@ -192,7 +206,8 @@ class ActorPool:
                        enable_task_events=False)
         if self._runtime_env:
             options["runtime_env"] = self._runtime_env
-        return self._remote.options(**options).remote(self._config, index, self._setup)
+        return self._remote.options(**options).remote(self._config, index, self._setup,
+                                                      self.restarts[index])
 
     def _get_build(self, index, ref):
         ray = self._ray
@@ -209,13 +224,13 @@ class ActorPool:
                               f"{_reason(error)}") from None
 
     def _top_up(self):
-        version, weights = self._weights
+        publication = self._weights[0] if self._weights else None
         for index, actor in enumerate(self._actors):
             calls = sum(1 for owner in self._pending.values() if owner == index)
             if not calls:
                 self._started[index] = time.monotonic()
             for _ in range(self._in_flight - calls):
-                self._pending[actor.collect.remote(version, weights)] = index
+                self._pending[actor.collect.remote(publication=publication)] = index
 
     def _wait_seconds(self):
         """Seconds until the oldest call of any actor runs out of time (at least 0.01)."""
@@ -241,6 +256,7 @@ class ActorPool:
         self.restarts[index] += 1
         self._actors[index] = self._new_actor(index)
         self._info[index] = self._get_build(index, self._actors[index].build.remote())
+        self._send_weights(index)
         self._started[index] = None
         _logger.warning("%s; restarted it (%s), restart %d of %d", message,
                         self.describe(index), self.restarts[index], self._max_restarts)

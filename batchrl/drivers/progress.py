@@ -10,7 +10,8 @@ import numpy as np
 class PhaseResult:
     """What one phase did: `steps` environment steps, `seconds` of wall-clock time, and the
     undiscounted returns (`scores`) and lengths of the episodes that ended in it
-    (`mean_score` is NaN when none did)."""
+    (`mean_score` is NaN when none did); `no_episode`, what the report line says when none
+    did (None: `report_line`'s reason for a phase that steps its own batch)."""
 
     name: str
     global_step: int
@@ -18,6 +19,7 @@ class PhaseResult:
     seconds: float
     scores: list
     lengths: list
+    no_episode: str | None = None
 
     @property
     def mean_score(self):
@@ -46,6 +48,9 @@ def report_line(phases, agents):
         if phase.scores:
             parts.append(f"{phase.name} score {phase.mean_score:9.1f} "
                          f"({len(phase.scores)} episodes, {speed})")
+        elif phase.no_episode:
+            parts.append(f"{phase.name}: no episode ended in this phase ({phase.no_episode}; "
+                         f"{speed})")
         else:
             parts.append(
                 f"{phase.name}: no episode ended in this phase (phases of "

@@ -2,6 +2,8 @@
 (`batchrl.distributed.learner`) in this process, without Ray: a pool stand-in hands the
 loop fragments of actors that act with the weights it chooses, so that lags are known."""
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,6 +12,7 @@ from batchrl import build, configs, environments
 from batchrl.distributed import actor as actor_lib
 from batchrl.distributed import learner as learner_lib
 from batchrl.distributed.pool import Fragment
+from batchrl.drivers.progress import report_line
 
 ENVS, LENGTH = 2, 10
 
@@ -43,24 +46,75 @@ def test_episodes_sum_each_agents_rewards_between_its_ends_across_fragments():
     assert len(got) == done[0].sum() + done[1].sum() + done[2, :9].sum()
 
 
-def test_an_actor_acts_with_the_weights_of_the_version_it_was_given():
-    config = _config()
-    first, second = actor_lib.FragmentActor(config, 0), actor_lib.FragmentActor(config, 1)
-    info = first.build()
-    second.build()
+def test_an_actor_acts_with_the_newest_publication_it_holds_when_a_call_starts():
+    """Every publication is taken, a repeated version too (its step and statistics may be
+    new); an older one than it holds is not; a call given a publication number waits for
+    it, taking what arrives meanwhile from another thread (the pool's "weights" group)."""
+    config = _config(worker_timeout=0.5)
+    actor = actor_lib.FragmentActor(config, 0)
+    info = actor.build()
     assert info["agents"] == ENVS and info["observ_shape"] == (4,)
-    learner = _learner(config)
-    weights = learner.actor.get_weights()
-    result = first.collect(3, weights)
+    weights = _learner(config).actor.get_weights()
+    plus = [[w + k for w in weights] for k in range(4)]
+
+    def acting():
+        return actor._actor.get_weights()
+
+    result = actor.collect(3, weights)  # In-process: the given weights, at once.
     assert result["version"] == 3 and result["fragment"]["reward"].shape == (ENVS, LENGTH)
-    for got, want in zip(first._actor.get_weights(), weights, strict=True):
-        np.testing.assert_array_equal(got, want)
-    assert first.collect(3, [w + 1 for w in weights])["version"] == 3  # Same version: kept.
-    np.testing.assert_array_equal(first._actor.get_weights()[0], weights[0])
-    assert first.collect(None, None)["version"] == 3  # None: keeps what it has.
-    # Actors draw their own episodes (seeds config.seed + 1 + index).
-    other = second.collect(3, weights)["fragment"]["observ"][:, 0]
-    assert not np.allclose(other, result["fragment"]["observ"][:, 0])
+    _assert_equal(acting(), weights)
+    actor.take_weights(0, 3, plus[1])
+    assert actor.collect(publication=0)["version"] == 3  # The same version, new weights.
+    _assert_equal(acting(), plus[1])
+    actor.take_weights(2, 4, plus[2])
+    actor.take_weights(1, 5, plus[3])  # Older than publication 2: ignored.
+    assert actor.collect(publication=1)["version"] == 4
+    _assert_equal(acting(), plus[2])
+    assert actor.collect()["version"] == 4  # Nothing new: keeps what it has.
+    late = threading.Timer(0.1, actor.take_weights, (3, 6, weights))
+    late.start()
+    assert actor.collect(publication=3)["version"] == 6  # Waited for it.
+    late.join()
+    _assert_equal(acting(), weights)
+    with pytest.raises(TimeoutError, match="publication 4"):
+        actor.collect(publication=4)
+
+
+def _assert_equal(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_every_environment_of_a_run_starts_from_its_own_seed(monkeypatch):
+    """The first observations of every environment of two actors, of actor 0 restarted and
+    of the learner's (evaluation) batch are all distinct; a second run with the same seed
+    starts each from the same one."""
+    config = _config(actors=2, envs_per_actor=3, num_agents=4)
+    first = []
+    reset = environments.BatchEnv.reset
+
+    def recording_reset(self, indices=None, seed=None):
+        observ, infos = reset(self, indices, seed)
+        first.append(observ)
+        return observ, infos
+
+    monkeypatch.setattr(environments.BatchEnv, "reset", recording_reset)
+
+    def run():
+        first.clear()
+        environments.create_batch(config).close()  # The learner's.
+        for index, incarnation in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            # What `FragmentActor(config, index, incarnation=...).build` creates.
+            with environments.create_batch(
+                    actor_lib.actor_config(config, index, incarnation)) as batch:
+                assert len(batch) == 3
+        return np.concatenate(first)
+
+    observ = run()
+    assert observ.shape == (4 + 4 * 3, 4)
+    assert len(np.unique(observ, axis=0)) == len(observ)
+    np.testing.assert_array_equal(run(), observ)
 
 
 def _learner(config):
@@ -70,11 +124,12 @@ def _learner(config):
 
 class StalePool:
     """Stands in for `pool.ActorPool`: one in-process actor whose fragments act with the
-    weights published `lags[i]` publications before the i-th `next` (cycling)."""
+    weights published `lags[i]` publications before the i-th `next` (cycling; the first
+    publication when there are fewer)."""
 
     def __init__(self, config, lags):
         self.actor = actor_lib.FragmentActor(config, 0)
-        self.actor.build()
+        self.agents = self.actor.build()["agents"]
         self.lags = lags
         self.published = []
         self.calls = 0
@@ -92,32 +147,76 @@ class StalePool:
                         result["lengths"], result["seconds"], 1)
 
 
-def test_the_learner_drops_fragments_past_the_lag_bound_and_counts_the_rest(tmp_path):
-    """Every other fragment acts with weights three versions old: with max_policy_lag 1
-    those are dropped (counted, their steps not learned from), the others learned from;
-    the version counts the updates and is kept in the checkpoint."""
-    config = _config(steps=6 * ENVS * LENGTH, eval_every=6 * ENVS * LENGTH,
-                     log_every=2 * ENVS * LENGTH, eval_episodes=0, max_policy_lag=1)
+def _loop(tmp_path, config, pool, fragments, broadcast_every, max_policy_lag):
+    """An `ActorLearnerLoop` over `pool` that learns from `fragments` fragments in one
+    train phase, and the learner it updates."""
+    steps = fragments * ENVS * LENGTH
+    config = configs.Config(config, steps=steps, eval_every=steps,
+                            log_every=2 * ENVS * LENGTH, eval_episodes=0)
     built = build.build(config, environments.create_batch(config))
-    pool = StalePool(config, [0, 3])
     loop = learner_lib.ActorLearnerLoop(
-        tmp_path, *built, pool=pool, broadcast_every=1, max_policy_lag=1,
-        steps=config.steps, eval_every=config.eval_every, eval_episodes=0,
+        tmp_path, *built, pool=pool, broadcast_every=broadcast_every,
+        max_policy_lag=max_policy_lag, steps=steps, eval_every=steps, eval_episodes=0,
         log_every=config.log_every, progress=False)
+    return loop, built
+
+
+@pytest.mark.timeout(120)  # A learner that stalls fails here, with its stack.
+def test_the_learner_drops_fragments_past_the_lag_bound_and_counts_the_rest(tmp_path):
+    """Fragments acted 0, 2 and 3 publications back in turn, one publication per update,
+    `max_policy_lag` 2. By hand: the learner at versions 0..5 takes fragments of versions
+    0, 0, 0, 3, 2, 2 (fewer publications than the lag at first), lags 0, 1, 2, 0, 2 and 3:
+    the last is dropped, counted and not learned from; a seventh, of version 5, makes the
+    sixth update. The version counts the updates and is kept in the checkpoint; the lags
+    of each window of two learned fragments reach the summaries."""
+    config = _config(max_policy_lag=2)
+    pool = StalePool(config, [0, 2, 3])
+    loop, built = _loop(tmp_path, config, pool, 6, broadcast_every=1, max_policy_lag=2)
     before = built.algo.actor.get_weights()
     loop.run()
-    assert loop.version == 6 and loop.dropped >= 2
+    assert loop.version == 6 and loop.dropped == 1 and pool.calls == 7
     assert int(built.step.numpy()) == 6 * ENVS * LENGTH  # Learned steps only.
     assert [version for version, _ in pool.published] == [0, 1, 2, 3, 4, 5, 6]
     assert not np.allclose(built.algo.actor.get_weights()[0], before[0])
     restored = tf.train.Checkpoint(policy_version=tf.Variable(0, dtype=tf.int64))
     restored.read(loop.manager.latest_checkpoint).expect_partial()
     assert int(restored.policy_version.numpy()) == 6
-    lags = _scalars(tmp_path / "train", "actors/policy_lag_max")
-    assert lags and max(lags) <= 1
-    assert _scalars(tmp_path / "train", "impala/loss"), "the updates' summaries"
-    assert _scalars(tmp_path / "train", "mean_score"), "the actors' episodes"
-    assert _scalars(tmp_path / "train", "actors/dropped_fragments")[-1] == loop.dropped
+    train = tmp_path / "train"
+    assert _scalars(train, "actors/policy_lag_min") == [0, 0, 0]
+    assert _scalars(train, "actors/policy_lag_max") == [1, 2, 2]
+    assert _scalars(train, "impala/loss"), "the updates' summaries"
+    assert _scalars(train, "mean_score"), "the actors' episodes"
+    assert _scalars(train, "actors/dropped_fragments")[-1] == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_fragment_dropped_for_lag_makes_the_learner_publish_so_it_never_stalls(tmp_path):
+    """`broadcast_every` 4 and `max_policy_lag` 0 (which `check` refuses): the actor acts
+    with the newest publication, so after each update its next fragment is one version
+    old and dropped, whereupon the learner publishes its current version. By hand: four
+    updates, three drops, publications of versions 0, 1, 2, 3 (on the drops) and 4 (the
+    broadcast). A learner that does not publish on a drop stalls at version 1."""
+    config = _config()
+    pool = StalePool(config, [0])
+    loop, _ = _loop(tmp_path, config, pool, 4, broadcast_every=4, max_policy_lag=0)
+    loop.run()
+    assert loop.version == 4 and loop.dropped == 3
+    assert [version for version, _ in pool.published] == [0, 1, 2, 3, 4]
+
+
+def test_a_train_phase_of_actors_in_which_no_episode_ended_says_so(tmp_path):
+    """Pendulum's episodes last 200 steps; a phase of two fragments of 10 steps per
+    environment ends none: the line names the actors' environments, not the learner's."""
+    config = configs.load("pendulum_appo", {
+        "policy_layers": [8], "value_layers": [8], "envs_per_actor": ENVS,
+        "rollout_length": LENGTH, "num_agents": 3, "actors": 1})
+    pool = StalePool(config, [0])
+    loop, built = _loop(tmp_path, config, pool, 2, broadcast_every=1, max_policy_lag=None)
+    (train,) = loop.run()
+    line = report_line([train], len(built.batch_env))
+    assert ("train: no episode ended in this phase (the actors' fragments learned from held "
+            f"{2 * ENVS * LENGTH} steps of their {ENVS} environments, {2 * LENGTH} each, "
+            "and no episode's end; episodes run on across phases;") in line
 
 
 def _scalars(logdir, tag):
@@ -135,7 +234,29 @@ def _scalars(logdir, tag):
     ({"algorithm": "ppo", "rollout_length": None}, "algorithm 'ppo' does not learn from"),
     ({"rollout_length": None}, "needs rollout_length"),
     ({"normalize_reward": True, "reward_normalizer": "return"}, "reward_normalizer: reward"),
+    ({"max_policy_lag": 0, "broadcast_every": 4},
+     r"^config keys 'max_policy_lag' \(0\) and 'broadcast_every' \(4\): max_policy_lag "
+     r"must be at least broadcast_every - 1"),
+    ({"max_policy_lag": 2, "broadcast_every": 4}, "max_policy_lag must be at least"),
 ])
 def test_actor_learner_keys_that_cannot_work_are_config_errors(overrides, message):
-    with pytest.raises(configs.ConfigError, match=message):
+    with pytest.raises(configs.ConfigError, match=message) as raised:
         learner_lib.check(configs.load("cartpole_impala", {"actors": 2, **overrides}))
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"max_policy_lag": 3, "broadcast_every": 4}, {"max_policy_lag": 0, "broadcast_every": 1},
+    {"max_policy_lag": None, "broadcast_every": 8}])
+def test_a_lag_bound_at_least_the_updates_between_publications_is_accepted(overrides):
+    learner_lib.check(configs.load("cartpole_impala", {"actors": 2, **overrides}))
+
+
+@pytest.mark.parametrize("config", ["cartpole_impala", "pendulum_appo"])
+def test_c_bar_above_rho_bar_is_refused_before_anything_is_built(config):
+    """`build.check`, which the train command runs before it starts actors or builds the
+    learner: one line naming both keys."""
+    with pytest.raises(configs.ConfigError, match=r"^config keys 'c_bar' \(1.0\) and "
+                                                  r"'rho_bar' \(0.5\): [^\n]*$"):
+        build.check(configs.load(config, {"rho_bar": 0.5, "c_bar": 1.0}))
+    build.check(configs.load(config, {"rho_bar": 0.5, "c_bar": 0.5}))

@@ -270,13 +270,15 @@ def _stored(memory):
 def dqn_apex_run(tmp_path_factory):
     """An Ape-X DQN run of 3 recordings of 2 x 10 steps that makes no update
     (`learning_starts` out of reach), the learner's target network perturbed away from its
-    online one before the first broadcast: `(algo, weights, recordings)`, the learner's
-    algorithm, the NumPy weights of its online and target networks as broadcast
-    (`policy`, `target_policy`), and the recordings its actor returned."""
+    online one before the first broadcast, epsilon falling over the first 40 steps:
+    `(algo, weights, recordings, pool)`, the learner's algorithm, the NumPy weights of its
+    online and target networks as broadcast (`policy`, `target_policy`), the recordings
+    its actor returned, and the pool (`InProcessPool`)."""
     steps = 3 * 2 * 10
     config = _apex_config(steps=steps, eval_every=steps, log_every=steps, eval_episodes=0,
                           learning_starts=10 ** 6, prioritized_replay={
-                              "alpha": ALPHA, "beta": 0.4, "epsilon": EPSILON})
+                              "alpha": ALPHA, "beta": 0.4, "epsilon": EPSILON},
+                          exploration=EPSILON_DECAY)
     built = build.build(config, environments.create_batch(config))
     state = built.algo.checkpoint_state
     ref.perturb(state["target_policy"], 0.5, seed=1)
@@ -287,7 +289,26 @@ def dqn_apex_run(tmp_path_factory):
                     log_every=steps, progress=False)
     loop.run()
     assert len(pool.recordings) == 3 and loop.version == 0
-    return built.algo, weights, pool.recordings
+    return built.algo, weights, pool.recordings, pool
+
+
+EPSILON_DECAY = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05, "steps": 40}
+
+
+def test_actors_take_the_learners_step_before_its_first_update(dqn_apex_run):
+    """Before `learning_starts` the version stays 0, yet the learner publishes after every
+    recording (the global step moved on), and the actor acts with the newest: its third
+    recording with the step after the second, 40, where epsilon_decay's schedule reaches
+    0.05 (so the actors explore as the learner's step says, not at 1.0 until the first
+    update)."""
+    _, _, _, pool = dqn_apex_run
+    assert [(version, int(weights[-1])) for version, weights in pool.published] == [
+        (0, 0), (0, 20), (0, 40), (0, 60)]
+    actor_algo = pool.actor._recorder._algo
+    step = int(actor_algo.apex_variables[-1].numpy())
+    assert step == 40
+    spec = exploration_lib.parse(EPSILON_DECAY, discrete=True)
+    assert float(exploration_lib.epsilon(spec, step)) == pytest.approx(0.05)
 
 
 def test_the_learner_stores_each_transition_with_its_actors_first_priority(dqn_apex_run):
@@ -297,7 +318,7 @@ def test_the_learner_stores_each_transition_with_its_actors_first_priority(dqn_a
     al. 2018, algorithm 2; Schaul et al. 2016, sec. 3.3), computed here from the
     recordings. Catches: the actors' TD errors dropped on the way (every transition
     inserted at the largest priority so far)."""
-    algo, _, recordings = dqn_apex_run
+    algo, _, recordings, _ = dqn_apex_run
     sent = {}
     for recording in recordings:
         transitions = recording["transitions"]
@@ -329,7 +350,7 @@ def test_an_actor_computes_its_td_errors_with_the_learners_target_network(dqn_ap
     y = R + gamma_k Q'(s', argmax_a Q(s', a)) of the learner's Q and Q' (double Q-learning,
     van Hasselt et al. 2016). Catches: `apex_variables` without the target network (the
     actor keeps its own); the actor's TD error with its online network as the target."""
-    _, weights, recordings = dqn_apex_run
+    _, weights, recordings, _ = dqn_apex_run
     q, target = weights["policy"], weights["target_policy"]
     for recording in recordings:
         batch = {key: value.astype(np.float64)

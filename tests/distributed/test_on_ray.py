@@ -86,6 +86,27 @@ def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluste
     assert _gone(new_pids + pids)
 
 
+def test_a_call_acts_with_the_weights_newest_when_it_starts(ray_cluster):
+    """One actor, three calls in flight, each a fragment of about a second (0.2 s a step):
+    all three are queued while version 0 is the newest; version 1 is published while the
+    second records, so the third, which starts after it, acts with version 1 (weights sent
+    with each call when it is queued would act with version 0)."""
+    local = FragmentActor(_config(), 0)
+    local.build()
+    weights = local._actor.get_weights()
+    config = configs.Config(_config(), env="benchmarks.slow_envs:SlowPendulum",
+                            env_kwargs={"step_us": 200_000})
+    pool = ActorPool(config, 1, 1.0, 3, 60.0, 0)
+    try:
+        pool.publish(0, weights)
+        assert pool.next().version == 0
+        pool.publish(1, [w + 1 for w in weights])
+        pool.next()  # It started when the first ended: version 0, most likely.
+        assert pool.next().version == 1
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize("fault, timeout, message", [
     ("raise", 60.0, r"failed: RuntimeError: injected fault after 7 steps"),
     ("hang", 4.0, r"did not finish a fragment within 4 s"),
