@@ -100,7 +100,8 @@ def check(config):
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
         episode length limit, `jit_step` with an environment stepped outside TensorFlow,
         `preprocessing` or `share_layers` with a preset network, a `normalize` step with
-        `normalize_observ`, or appo's `batch_size` above the rows of its batches.
+        `normalize_observ`, impala's or appo's `c_bar` above `rho_bar`, or appo's
+        `batch_size` above the rows of its batches.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -124,7 +125,9 @@ def check(config):
             "true: choose one (normalize_observ: false to normalize only where the steps "
             "say)")
     environments.episode_limit(config)
-    algorithm_class(config)
+    cls = algorithm_class(config)
+    if isinstance(cls, type) and issubclass(cls, IMPALA):
+        cls.check_config(config)
     if config.algorithm == "appo" and config.batch_size:
         rows, key = ((config.envs_per_actor, "envs_per_actor") if config.actors
                      else (config.num_agents, "num_agents"))

@@ -71,14 +71,24 @@ class IMPALA(OnPolicyAlgorithm):
         "rollout_length", "policy_lr", "optimizer", "max_gradient_norm", "gae_lambda",
         "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update"}
 
-    def __init__(self, batch_env, step, is_training, should_log, config):
-        if not config.rollout_length:
-            raise ValueError("impala learns from rollouts of every agent: set "
-                             "rollout_length (e.g. 20)")
+    @staticmethod
+    def check_config(config):
+        """Checks V-trace's truncation levels of `config` (before anything is built).
+
+        Raises:
+          ConfigError: `c_bar` above `rho_bar` (V-trace's analysis assumes rho_bar >=
+            c_bar, Espeholt et al. 2018, section 4.1, below eq. 1).
+        """
         if config.c_bar > config.rho_bar:
             raise ConfigError(f"config keys 'c_bar' ({config.c_bar}) and 'rho_bar' "
                               f"({config.rho_bar}): V-trace assumes rho_bar >= c_bar "
                               f"(Espeholt et al. 2018, section 4.1)")
+
+    def __init__(self, batch_env, step, is_training, should_log, config):
+        if not config.rollout_length:
+            raise ValueError("impala learns from rollouts of every agent: set "
+                             "rollout_length (e.g. 20)")
+        self.check_config(config)
         super().__init__(batch_env, step, is_training, should_log, config)
         self._build_optimizers(optimizers.create(
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,

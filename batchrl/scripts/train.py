@@ -416,10 +416,13 @@ def _print_ready(loop):
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m batchrl.scripts.train",
-        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, APPO, the last "
-                    "two also on Ray actors with config key actors; off-policy SAC, TD3, "
-                    "DQN; or your own: config key algorithm) on a Gymnasium, EnvPool or "
-                    "in-graph environment. Writes config.yaml, checkpoints and "
+        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, APPO; "
+                    "off-policy SAC, TD3, DQN; or your own: config key algorithm) on a "
+                    "Gymnasium, EnvPool or in-graph environment. With config key actors "
+                    "above 0, Ray actors act and this process learns: IMPALA and APPO "
+                    "from the actors' fragments, SAC, TD3 and DQN as Ape-X, from their "
+                    "n-step transitions with first priorities (docs/distributed.md). "
+                    "Writes config.yaml, checkpoints and "
                     "TensorBoard summaries (train/, eval/) into LOGDIR; running the same "
                     "command again resumes the run.")
     parser.add_argument(
