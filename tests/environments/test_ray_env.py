@@ -1,6 +1,7 @@
 """The Ray backend (`env_backend: ray`) on a two-node Ray cluster of this machine: actors on
 both nodes, faults named like `ParallelBatchEnv`'s, restarts, training runs with an actor
-killed mid-run, and a local Ray that `train` starts and stops."""
+killed mid-run, a local Ray that `train` starts and stops, and one whose driver is killed
+with SIGKILL."""
 
 import functools
 import logging
@@ -37,9 +38,9 @@ def faulty(fault, after):
                              kwargs={"fault": fault, "after": after})
 
 
-def wait_gone(pids):
-    """Waits (up to a minute) until none of `pids` exists; returns those still there."""
-    deadline = time.monotonic() + 60
+def wait_gone(pids, seconds=60):
+    """Waits (up to `seconds`) until none of `pids` exists; returns those still there."""
+    deadline = time.monotonic() + seconds
     while True:
         alive = [pid for pid in pids if _exists(pid)]
         if not alive or time.monotonic() > deadline:
@@ -236,3 +237,48 @@ def test_train_stops_the_local_ray_it_started_on_sigterm_and_unreachable_is_one_
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "Stopped at step" in stderr
     assert wait_gone(_leftovers(os.getpid())) == []
+
+
+def _tree(root):
+    """{pid: name} of the processes under `root` (its children, theirs, ...), from
+    /proc/PID/stat (name: field 2, parent: field 4)."""
+    parents = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # It ended meanwhile.
+            continue
+        name, _, fields = stat.partition(" (")[2].rpartition(")")
+        parents[int(entry.name)] = (int(fields.split()[1]), name)
+    tree, level = {}, {root}
+    while level:
+        level = {pid for pid, (parent, _) in parents.items() if parent in level}
+        tree.update((pid, parents[pid][1]) for pid in level)
+    return tree
+
+
+def test_a_driver_killed_with_sigkill_leaves_no_ray_process():
+    """`connection.connect(None)` starts a local Ray whose raylet starts a dashboard agent and
+    a runtime-env agent (Ray 2.60 has no option against them). When the driver is killed with
+    SIGKILL, Ray's other processes end with it, but the agents wait 60 s (a fixed timeout of
+    Ray's) before they exit; the reaper that `connect` starts kills them at once. Waiting
+    half those 60 s tells one from the other (docs/faults.md, "SIGKILL of a trainer with Ray
+    actors": 0.1-2.7 s with the reaper)."""
+    code = ("import time\n"
+            "from batchrl.environments.ray import connection\n"
+            "connection.connect(None)\n"
+            "print('connected', flush=True)\n"
+            "time.sleep(600)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    try:
+        assert process.stdout.readline() == "connected\n"
+        tree = _tree(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    names = sorted(tree.values())
+    assert {"raylet", "gcs_server", "ray::DashboardA", "ray::RuntimeEnv"} <= set(names), names
+    assert wait_gone(list(tree), seconds=30) == []

@@ -5,8 +5,12 @@ only when connecting).
 
 import contextlib
 import logging
+import os
+import pathlib
 import signal
 import socket
+import subprocess
+import sys
 import threading
 
 __all__ = ["RayUnavailable", "connect", "disconnect"]
@@ -18,6 +22,39 @@ _OBJECT_STORE_BYTES = 256 * 2**20
 # The least time allowed for starting or joining Ray, in seconds: several times what a local
 # start took on the loaded 2-core machine (docs/throughput.md, "Why the code is as it is").
 START_SECONDS = 60.0
+
+
+# The reaper of a local Ray's agents. Ray 2.60's raylet always starts a dashboard agent and
+# a runtime-env agent (it requires both commands, ends when either ends, and the pool's
+# `runtime_env` `env_vars` are set up by the runtime-env agent), and `ray.init` has no
+# option against them. When the driver dies by SIGKILL, the processes Ray started from it
+# die with it (PR_SET_PDEATHSIG), the workers within 3 s; the agents see their raylet die
+# at once, then wait 60 s trying to tell the dead GCS so
+# (`ray._private.utils.publish_error_to_driver`'s fixed timeout): about 165 MB for a
+# minute (docs/faults.md, "SIGKILL of a trainer with Ray actors"). This process, started
+# with the local Ray (argv: the driver's pid, then PID:STARTTIME of the raylet's children),
+# asks the kernel for SIGTERM when the driver ends, and then SIGKILLs those that are still
+# the same processes (their start time, field 22 of /proc/PID/stat, unchanged). It ignores
+# SIGINT and SIGHUP, which reach the driver's whole process group; `disconnect` ends it
+# with SIGTERM after `ray.shutdown`.
+_REAPER = """
+import ctypes, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() == int(sys.argv[1]):
+    signal.sigwait({signal.SIGTERM})
+for target in sys.argv[2:]:
+    pid, start = target.split(":")
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[19] == start:
+                os.kill(int(pid), signal.SIGKILL)
+    except (OSError, IndexError):
+        pass
+"""
+_REAPERS = []  # The reaper of the local Ray that a batch started, while it runs.
 
 
 class RayUnavailable(ConnectionError):
@@ -33,14 +70,16 @@ _CONNECTION_LOCK = threading.Lock()
 
 
 def connect(address, seconds=START_SECONDS):
-    """Connects this process to Ray: `address` None starts a local Ray (`ray.init("local")`),
-    "auto" or "HOST:PORT" joins a running cluster, giving up after `seconds`. Keeps the
-    process's SIGTERM handler, which `ray.init` replaces. Returns the `ray` module.
+    """Connects this process to Ray: `address` None starts a local Ray (`ray.init("local")`,
+    without the dashboard; on Linux with a reaper process, `_REAPER`, that kills Ray's agents
+    when this process dies), "auto" or "HOST:PORT" joins a running cluster, giving up after
+    `seconds`. Keeps the process's SIGTERM handler, which `ray.init` replaces. Returns the
+    `ray` module.
 
     A cluster is joined from a helper thread, because `ray.init` retries an address that
     does not answer for minutes. A local Ray is started from the calling thread: Ray ties
     the life of the processes it starts to the thread that started them (Linux's
-    parent-death signal), and they would end with a helper thread."""
+    parent-death signal), and they would end with a helper thread; so does the reaper."""
     try:
         import ray
     except ImportError:
@@ -88,7 +127,39 @@ def connect(address, seconds=START_SECONDS):
             detail = " ".join(str(error).split())[:300]
             raise RayUnavailable(f"cannot {what}: {type(error).__name__}: {detail}")
         _CONNECTION.update(ours=True, users=1)
+        if address is None and sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):  # Ray runs without it.
+                _start_reaper()
         return ray
+
+
+def _start_reaper():
+    """Starts `_REAPER` for the children of this process's raylet (its two agents, and the
+    workers it started first), which exist when `ray.init` returns."""
+    targets = [f"{pid}:{start}" for raylet, _ in _children(os.getpid(), "raylet")
+               for pid, start in _children(raylet)]
+    _REAPERS.append(subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid()), *targets],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
+def _children(parent, name=None):
+    """(pid, start time) of the processes whose parent is `parent` (and whose name, as
+    /proc/PID/comm gives it, is `name`), from /proc/PID/stat (fields 4 and 22)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # It ended meanwhile.
+            continue
+        comm, _, fields = stat.rpartition(")")
+        fields = fields.split()
+        if len(fields) > 19 and int(fields[1]) == parent and (
+                name is None or comm.partition("(")[2] == name):
+            found.append((int(entry.name), fields[19]))
+    return found
 
 
 def _check_reachable(address, timeout=10.0):
@@ -108,7 +179,8 @@ def _check_reachable(address, timeout=10.0):
 
 def disconnect():
     """Ends one batch's use of the connection; the last user disconnects a connection that a
-    batch made (stopping a Ray it started; a joined cluster keeps running)."""
+    batch made (stopping a Ray it started, and its reaper; a joined cluster keeps
+    running)."""
     with _CONNECTION_LOCK:
         _CONNECTION["users"] = max(0, _CONNECTION["users"] - 1)
         if _CONNECTION["users"] or not _CONNECTION["ours"]:
@@ -118,3 +190,8 @@ def disconnect():
 
         with contextlib.suppress(Exception):
             ray.shutdown()
+        while _REAPERS:
+            reaper = _REAPERS.pop()
+            reaper.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(10)
