@@ -3,23 +3,17 @@ TRPO, A2C, IMPALA, APPO, SAC, TD3, DQN or one of `build_algorithm`) and its chec
 `train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
+import functools
 import importlib
 import random
 
 import tensorflow as tf
 
 from batchrl import configs, environments
-from batchrl.algorithms.a2c import A2C
-from batchrl.algorithms.appo import APPO
 from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.builder import FunctionalAlgorithm
-from batchrl.algorithms.dqn import DQN
-from batchrl.algorithms.impala import IMPALA
 from batchrl.algorithms.off_policy import OffPolicyAlgorithm
-from batchrl.algorithms.ppo import PPO
-from batchrl.algorithms.sac import SAC
-from batchrl.algorithms.td3 import TD3
-from batchrl.algorithms.trpo import TRPO
+from batchrl.algorithms.registry import classes as registered_classes
 from batchrl.environments.frame_stack import FrameStack
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.networks import spec as network_spec
@@ -27,9 +21,9 @@ from batchrl.networks.constructors import NETWORKS, constructor, is_declared, to
 
 Built = collections.namedtuple(
     "Built", "batch_env, algo, step, is_training, should_log, checkpoint")
-# The values of config key `algorithm` (configs.ALGORITHMS), besides `module:NAME`.
-ALGORITHMS = {"ppo": PPO, "trpo": TRPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "sac": SAC,
-              "td3": TD3, "dqn": DQN}
+# {name: class} of the algorithms of the registry (`batchrl.algorithms.registry`): the values
+# of config key `algorithm`, besides `module:NAME`.
+ALGORITHMS = registered_classes()
 # What `simulate` calls: a class that is not an `Algorithm` but has these is accepted.
 _METHODS = ("begin_episodes", "perform", "experience", "end_episodes")
 
@@ -79,7 +73,7 @@ def algorithm_class(config):
     read = getattr(algorithm, "config_keys", None)
     if read is not None:
         others = set(read).union(*(other.config_keys for other in ALGORITHMS.values()))
-        defaults = configs.load("default")
+        defaults = _defaults()
         unread = [key for key, default in defaults.items()
                   if key in others - set(read) and config.get(key, default) != default]
         if unread:
@@ -93,6 +87,12 @@ def algorithm_class(config):
     return algorithm
 
 
+@functools.cache
+def _defaults():
+    """default.yaml's config, read once per process (`algorithm_class` only reads it)."""
+    return configs.load("default")
+
+
 def check(config):
     """Checks what the config names against the registries.
 
@@ -100,8 +100,9 @@ def check(config):
       ConfigError: unknown environment id, network or algorithm (`algorithm_class`), no
         episode length limit, `jit_step` with an environment stepped outside TensorFlow,
         `preprocessing` or `share_layers` with a preset network, a `normalize` step with
-        `normalize_observ`, impala's or appo's `c_bar` above `rho_bar`, or appo's
-        `batch_size` above the rows of its batches.
+        `normalize_observ`, what the algorithm's own `check_config` refuses (impala's
+        and appo's `c_bar` above `rho_bar`), or appo's `batch_size` above the rows of its
+        batches.
     """
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
@@ -125,9 +126,9 @@ def check(config):
             "true: choose one (normalize_observ: false to normalize only where the steps "
             "say)")
     environments.episode_limit(config)
-    cls = algorithm_class(config)
-    if isinstance(cls, type) and issubclass(cls, IMPALA):
-        cls.check_config(config)
+    check_config = getattr(algorithm_class(config), "check_config", None)
+    if check_config is not None:  # An algorithm's own checks, e.g. impala's c_bar.
+        check_config(config)
     if config.algorithm == "appo" and config.batch_size:
         rows, key = ((config.envs_per_actor, "envs_per_actor") if config.actors
                      else (config.num_agents, "num_agents"))

@@ -14,6 +14,7 @@ import pathlib
 
 import ruamel.yaml
 
+from batchrl.algorithms import registry
 from batchrl.errors import ConfigError
 from batchrl.networks import spec as network_spec
 from batchrl.optimizers import spec as optimizer_spec
@@ -45,17 +46,9 @@ _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
 _OPTIONAL_FLOAT = {"max_gradient_norm", "target_entropy", "clip_ratio", "target_update_rate"}
 # Mappings or null, checked in full by the algorithm that reads them (build.check).
 _OPTIONAL_MAPPING = {"prioritized_replay", "replay_frame_stack", "exploration"}
-# The algorithms of build.ALGORITHMS; `module:NAME` names another algorithm class.
-ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "appo", "sac", "td3", "dqn")
-# The presets of config key `network` that each off-policy algorithm (of ALGORITHMS) takes:
-# they learn from single steps, with feed-forward networks of their own (MLPs of
-# policy_layers and value_layers), which feed_forward_gaussian, the default, stands for, and
-# for dqn's Discrete actions also feed_forward_categorical; any other preset (a GRU, one head
-# per action leaf) they would not build (`_check_preset`). The other algorithms of
-# ALGORITHMS, on-policy, build every preset and a recurrent last layer (`ON_POLICY`).
-OFF_POLICY_PRESETS = {"sac": ("feed_forward_gaussian",), "td3": ("feed_forward_gaussian",),
-                      "dqn": ("feed_forward_gaussian", "feed_forward_categorical")}
-ON_POLICY = tuple(name for name in ALGORITHMS if name not in OFF_POLICY_PRESETS)
+# The algorithms of the registry (`batchrl.algorithms.registry`); `module:NAME` names
+# another algorithm class.
+ALGORITHMS = registry.NAMES
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
@@ -218,22 +211,35 @@ def _check_algorithm(value):
     return value
 
 
-def _check_preset(config):
-    """Checks that config key `network`, when it names a preset, names one that config key
-    `algorithm` builds (`OFF_POLICY_PRESETS`; an algorithm `module:NAME` is not checked).
+def _check_network(config):
+    """Checks config key `network` against what config key `algorithm` builds (its
+    registry entry; an algorithm `module:NAME` is not checked): a preset it builds, or
+    declared layers, whose last layer is a `gru` or `lstm` only for an algorithm that
+    trains recurrent layers.
 
     Raises:
-      ConfigError: one line naming the algorithm and the presets it takes, e.g. sac with
+      ConfigError: one line naming the algorithm and what it takes, e.g. sac with
         `network: recurrent_gaussian`, which it would otherwise ignore.
     """
-    network, algorithm = config["network"], config["algorithm"]
-    presets = OFF_POLICY_PRESETS.get(algorithm)
-    if presets is None or isinstance(network, list | dict) or network in presets:
+    network, entry = config["network"], registry.entry(config["algorithm"])
+    if entry is None:
         return
-    raise ConfigError(
-        f"config key 'network': {algorithm} takes declared layers or the "
-        f"preset{'s' if len(presets) > 1 else ''} {', '.join(presets)}, not {network!r} "
-        f"({', '.join(ON_POLICY)} take every preset)")
+    if not isinstance(network, list | dict):
+        if network in entry.presets or network not in registry.PRESETS:
+            return  # An unknown name is build.check's error (it names the choices).
+        presets = entry.presets
+        raise ConfigError(
+            f"config key 'network': {entry.name} takes declared layers or the "
+            f"preset{'s' if len(presets) > 1 else ''} {', '.join(presets)}, not {network!r} "
+            f"({', '.join(registry.names(presets=registry.PRESETS))} take every preset)")
+    listed = network if isinstance(network, list) else network.get("layers") or []
+    last = listed[-1] if listed and isinstance(listed[-1], dict) else {}
+    if last.get("type") in network_spec.RECURRENT and not entry.recurrent:
+        recurrent = registry.names(recurrent=True)
+        raise ConfigError(
+            f"config key 'network': {entry.name} takes feed-forward layers (it learns from "
+            f"single steps); a last {last['type']} layer needs "
+            f"{', '.join(recurrent[:-1])} or {recurrent[-1]}")
 
 
 def _translate_envpool_prefix(layer, source):
@@ -299,7 +305,8 @@ def load(name_or_path="default", overrides=None):
         of older releases (`env_processes`; the message names `env_backend`); `env:
         envpool:TASK` (the old spelling of `env: TASK` with `env_backend: envpool`, still
         read) with another `env_backend` in the same file or `--set` pairs; a preset
-        `network` that the algorithm does not build (`_check_preset`).
+        `network` that the algorithm does not build, or a recurrent last layer for one that
+        trains none (`_check_network`).
     """
     defaults = _read(CONFIG_DIR / "default.yaml")
     config = Config()
@@ -309,7 +316,7 @@ def load(name_or_path="default", overrides=None):
     if not isinstance(overrides, dict):
         overrides = parse_overrides(overrides)
     _merge(config, overrides, defaults, "--set")
-    _check_preset(config)
+    _check_network(config)
     return _with_envpool_prefix(config)
 
 

@@ -74,9 +74,9 @@ def _quiet_tensorflow():
 def _actor_class(config):
     """The actor class of `config`'s algorithm: `TransitionActor` (Ape-X) or
     `FragmentActor`."""
-    from batchrl.distributed.actor import APEX_ALGORITHMS, FragmentActor, TransitionActor
+    from batchrl.distributed.actor import actor_class
 
-    return TransitionActor if config.algorithm in APEX_ALGORITHMS else FragmentActor
+    return actor_class(config.algorithm)
 
 
 def measure_inprocess(config, fragments):

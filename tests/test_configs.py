@@ -274,32 +274,43 @@ def test_on_policy_algorithms_take_every_preset(algorithm):
             == preset
 
 
-def test_the_preset_table_and_the_recurrent_algorithms_agree_with_the_code():
-    """configs.OFF_POLICY_PRESETS names the off-policy classes of build.ALGORITHMS, and
-    configs.ON_POLICY and the networks' RECURRENT_ALGORITHMS the others (TensorFlow)."""
+def test_the_registry_agrees_with_the_algorithm_classes():
+    """The registry (`batchrl.algorithms.registry`, read without TensorFlow) against the
+    classes it names (TensorFlow): its families, the presets and recurrent layers each
+    builds (the tables above, by hand), what its actors send (IMPALA's fragments, Ape-X's
+    transitions), and the configs' algorithms."""
     from batchrl import build
+    from batchrl.algorithms import registry
+    from batchrl.algorithms.impala import IMPALA
     from batchrl.algorithms.off_policy import OffPolicyAlgorithm
     from batchrl.algorithms.on_policy import OnPolicyAlgorithm
-    from batchrl.networks import NETWORKS, constructors
+    from batchrl.networks import NETWORKS
 
-    assert tuple(NETWORKS) == PRESETS
-    off = [name for name, cls in build.ALGORITHMS.items() if issubclass(cls, OffPolicyAlgorithm)]
-    on = [name for name, cls in build.ALGORITHMS.items() if issubclass(cls, OnPolicyAlgorithm)]
-    assert sorted(off) == sorted(OFF_POLICY_TAKES) and sorted(on) == sorted(ON_POLICY)
-    assert configs.OFF_POLICY_PRESETS == OFF_POLICY_TAKES
-    assert set(configs.ON_POLICY) == set(on) == set(constructors.RECURRENT_ALGORITHMS)
+    assert tuple(NETWORKS) == PRESETS == registry.PRESETS
+    assert configs.ALGORITHMS == registry.NAMES == tuple(build.ALGORITHMS)
+    for name, cls in build.ALGORITHMS.items():
+        entry = registry.entry(name)
+        assert cls.name == name and entry.load() is cls
+        off = issubclass(cls, OffPolicyAlgorithm)
+        assert off != issubclass(cls, OnPolicyAlgorithm)
+        assert entry.family == ("off_policy" if off else "on_policy")
+        assert entry.presets == OFF_POLICY_TAKES.get(name, PRESETS)
+        assert entry.recurrent == (name in ON_POLICY)
+        assert entry.actors == ("transitions" if off else
+                                "fragments" if issubclass(cls, IMPALA) else None)
 
 
 @pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))
 @pytest.mark.parametrize("recurrent", ["gru", "lstm"])
 def test_a_recurrent_layer_off_policy_names_every_algorithm_that_takes_one(
         algorithm, recurrent):
-    from batchrl.networks import torso_factory
-
-    config = configs.load("default", {"algorithm": algorithm, "network": [
-        {"type": "dense", "units": 8}, {"type": recurrent, "units": 8}]})
-    with pytest.raises(ValueError) as error:
-        torso_factory(config)
-    assert str(error.value).endswith(
-        "a gru or lstm layer needs ppo, trpo, a2c, impala or appo")
-    assert "\n" not in str(error.value)
+    """`configs.load` refuses it, before anything is built, in one line."""
+    with pytest.raises(configs.ConfigError) as error:
+        configs.load("default", {"algorithm": algorithm, "network": [
+            {"type": "dense", "units": 8}, {"type": recurrent, "units": 8}]})
+    assert str(error.value) == (
+        f"config key 'network': {algorithm} takes feed-forward layers (it learns from single "
+        f"steps); a last {recurrent} layer needs ppo, trpo, a2c, impala or appo")
+    for name in ON_POLICY:
+        configs.load("default", {"algorithm": name, "network": [
+            {"type": "dense", "units": 8}, {"type": recurrent, "units": 8}]})

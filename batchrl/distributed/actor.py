@@ -12,13 +12,24 @@ import time
 import numpy as np
 
 from batchrl import configs
-
-# The algorithms whose actors send n-step transitions (`TransitionActor`, Ape-X) rather than
-# fragments (`FragmentActor`).
-APEX_ALGORITHMS = ("dqn", "sac", "td3")
+from batchrl.algorithms import registry
 
 # TensorFlow (with `batchrl.build`) is imported in `FragmentActor.build`, after `setup`: the
 # module itself is imported wherever Ray unpickles the class.
+
+
+def sends(algorithm):
+    """What the actors of `algorithm` (a config's `algorithm`) send the learner, as its
+    registry entry declares (`batchrl.algorithms.registry.Entry.actors`): "fragments",
+    "transitions" (Ape-X), or None (it does not learn from actors)."""
+    entry = registry.entry(algorithm)
+    return None if entry is None else entry.actors
+
+
+def actor_class(algorithm):
+    """The actor class of `algorithm` (a config's `algorithm` that learns from actors):
+    `FragmentActor`, or `TransitionActor` for an Ape-X one."""
+    return TransitionActor if sends(algorithm) == "transitions" else FragmentActor
 
 
 def environment_seed(config, index, incarnation=0):
@@ -48,7 +59,7 @@ def actor_config(config, index, incarnation=0):
     that each agent explores with an epsilon of its own."""
     changes = dict(num_agents=config.envs_per_actor, env_backend="local",
                    seed=environment_seed(config, index, incarnation))
-    if config.algorithm in APEX_ALGORITHMS:
+    if sends(config.algorithm) == "transitions":
         changes.update(replay_capacity=1, replay_frame_stack=None)
         exploration = config.get("exploration")
         if exploration and exploration.get("type") == "apex_epsilon":

@@ -8,15 +8,10 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl import configs
+from batchrl.algorithms import registry
 from batchrl.distributed import fragment as fragment_lib
-from batchrl.distributed.actor import APEX_ALGORITHMS
 from batchrl.drivers.loop import EnvironmentFailed, Loop
 from batchrl.environments.wrappers import WorkerError
-
-# The algorithms that learn from actors' fragments (`learn(fragment, log)`), and those that
-# learn from Ape-X actors' transitions (`learn_transitions`, `batchrl.distributed.apex`).
-FRAGMENT_ALGORITHMS = ("impala", "appo")
-ALGORITHMS = FRAGMENT_ALGORITHMS + APEX_ALGORITHMS
 
 
 def check(config):
@@ -38,10 +33,10 @@ def check(config):
             f"({config.broadcast_every}): max_policy_lag must be at least broadcast_every - 1, "
             f"or fragments acted with the newest weights are dropped before the next "
             f"publication")
-    if config.algorithm not in ALGORITHMS:
+    if config.algorithm not in registry.with_actors():
         raise configs.ConfigError(
             f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors; "
-            f"choices: {', '.join(ALGORITHMS)} (or actors: 0)")
+            f"choices: {', '.join(registry.with_actors())} (or actors: 0)")
     if not config.rollout_length:
         raise configs.ConfigError("config key 'actors' needs rollout_length (the steps per "
                                   "agent of an actor's fragment, e.g. 20)")

@@ -46,11 +46,6 @@ from batchrl.networks.spec import RECURRENT, check_layers
 from batchrl.networks.torso import RecurrentTorso, Torso
 from batchrl.spaces import nested
 
-# The algorithms that train a recurrent policy: the on-policy ones, `batchrl.configs.ON_POLICY`
-# (written here, as this floor cannot import the configs; tests/test_configs.py checks both
-# against the algorithm classes).
-RECURRENT_ALGORITHMS = ("ppo", "trpo", "a2c", "impala", "appo")
-
 Networks = collections.namedtuple(
     "Networks", "policy, value, distribution, critic", defaults=(None, None, None))
 Networks.__doc__ = """The networks of an algorithm, of both families (`algo.networks`).
@@ -276,16 +271,15 @@ def torso_factory(config):
     network and its target); None for a preset.
 
     Raises:
-      ValueError: a recurrent last layer (off-policy algorithms learn from single steps),
-        naming the algorithms that take one (`RECURRENT_ALGORITHMS`).
+      ValueError: a recurrent last layer (off-policy algorithms learn from single steps;
+        `configs.load` refuses it first, naming the algorithms that take one).
     """
     if not is_declared(config.network):
         return None
     if _split_recurrent(config.network)[1] is not None:
-        raise ValueError(
-            f"the off-policy algorithms take feed-forward layers (they learn from single "
-            f"steps); a gru or lstm layer needs {', '.join(RECURRENT_ALGORITHMS[:-1])} or "
-            f"{RECURRENT_ALGORITHMS[-1]}")
+        raise ValueError("the off-policy algorithms take feed-forward layers (they learn "
+                         "from single steps); a gru or lstm layer needs an on-policy one "
+                         "(batchrl.algorithms.registry)")
     return functools.partial(Torso, config.network, config.preprocessing,
                              activation=config.activation, orthogonal=config.orthogonal_init)
 

@@ -221,11 +221,11 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, 
                    jit_compile=config.jit_step, started_at=started_at)
     replay = agent.algo.memory if config.save_replay else None
     if pool is not None:
-        from batchrl.distributed.actor import APEX_ALGORITHMS
+        from batchrl.distributed.actor import sends
         from batchrl.distributed.apex import ApexLoop
         from batchrl.distributed.learner import ActorLearnerLoop
 
-        if config.algorithm in APEX_ALGORITHMS:
+        if sends(config.algorithm) == "transitions":
             return ApexLoop(logdir, *agent, pool=pool, broadcast_every=config.broadcast_every,
                             max_policy_lag=config.max_policy_lag, replay=replay, **options)
         return ActorLearnerLoop(logdir, *agent, pool=pool,
@@ -250,7 +250,7 @@ def start_actors(config):
     Raises:
       ConfigError: Ray cannot be started or reached, or has too few CPUs.
     """
-    from batchrl.distributed.actor import APEX_ALGORITHMS, FragmentActor, TransitionActor
+    from batchrl.distributed.actor import actor_class
     from batchrl.distributed.pool import ActorPool
     from batchrl.environments.ray.connection import RayUnavailable
     from batchrl.environments.ray.driver import NotEnoughCPUs
@@ -261,8 +261,7 @@ def start_actors(config):
         pool = ActorPool(config, config.actors, config.actor_cpus, config.fragments_in_flight,
                          config.worker_timeout, config.worker_restarts, config.ray_address,
                          {"env_vars": env_vars}, start_actor_process,
-                         TransitionActor if config.algorithm in APEX_ALGORITHMS
-                         else FragmentActor)
+                         actor_class(config.algorithm))
     except (RayUnavailable, NotEnoughCPUs) as error:
         raise configs.ConfigError(str(error)) from None
     return pool
