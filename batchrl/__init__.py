@@ -16,11 +16,4 @@ _lazy.moved_modules({
     "batchrl.torso": "batchrl.networks.torso",
 })
 
-
-def __getattr__(name):
-    if name == "Agent":
-        from batchrl.agent import Agent
-
-        globals()["Agent"] = Agent
-        return Agent
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazy.exports(__name__, {"Agent": "batchrl.agent"})

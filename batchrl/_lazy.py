@@ -1,6 +1,7 @@
-"""Lazy exports and moved modules: importing a package starts nothing heavy (TensorFlow)
-until a name is used, an exported name stays itself beside a submodule of its name, and a
-module's old import path keeps working for a release after it moves."""
+"""Lazy exports and moved modules, the one mechanism of every package of batchrl: importing a
+package starts nothing heavy (TensorFlow) until a name is used, an exported name stays
+itself beside a submodule of its name, and a module's old import path keeps working for a
+release after it moves."""
 
 import importlib
 import importlib.abc
@@ -10,16 +11,35 @@ import types
 import warnings
 
 
-def exports(package, names):
-    """The module `__getattr__` of `package` (its `__name__`) that imports each of `names`
-    (dict name -> module) from its module on first access and keeps it in the package."""
+def exports(package, names, submodules=False):
+    """The module `__getattr__` of `package` (its `__name__`), every package's one way to
+    export lazily: `__getattr__ = _lazy.exports(__name__, {"Loop": "batchrl.drivers.loop"})`.
+
+    Each of `names` (dict name -> absolute module name) is imported from its module on first
+    access and kept in the package; it stays that object where a submodule has the same name
+    (`keep_exports`). With `submodules`, any other name is the package's submodule of that
+    name (or a moved module's old path, `moved_modules`), imported on first access. Raises
+    AttributeError naming the package and the name for anything else; an error inside a
+    module being imported propagates as it is (a missing dependency is not a missing name).
+    """
+    keep_exports(package, names)
 
     def __getattr__(name):
         if name in names:
             value = getattr(importlib.import_module(names[name]), name)
-            setattr(sys.modules[package], name, value)
-            return value
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        elif submodules and not name.startswith("__"):
+            module_name = f"{package}.{name}"
+            try:
+                value = importlib.import_module(module_name)
+            except ModuleNotFoundError as error:
+                if error.name != module_name:
+                    raise
+                raise AttributeError(
+                    f"module {package!r} has no attribute {name!r}") from None
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(sys.modules[package], name, value)
+        return value
 
     return __getattr__
 
@@ -29,7 +49,7 @@ def keep_exports(package, names):
     object where a submodule has the same name: the import system sets an imported
     submodule as an attribute of its package, which would replace the name (e.g.
     `drivers.simulate`, the function, by `drivers/simulate.py`). Setting any other value
-    works as usual."""
+    works as usual. `exports` calls it."""
     kept = frozenset(names)
 
     class Package(types.ModuleType):

@@ -1,5 +1,8 @@
 """Every public name of DESIGN.md is the documented object on every access."""
 
+import inspect
+import sys
+
 import pytest
 
 from tests.fresh_process import check_in_fresh_process
@@ -37,7 +40,28 @@ def test_importing_the_package_does_not_import_tensorflow_or_ray():
             "from batchrl.environments import nested_tasks, wrappers, ray; "
             "from batchrl.environments.ray import driver; "
             "from batchrl import configs; "
+            "e = batchrl.environments; e.create_batch, e.BatchEnv, e.local; "
             "configs.load('pendulum_trpo'); "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; "
             "assert 'ray' not in sys.modules, 'ray was imported'")
     check_in_fresh_process(code)
+
+
+def test_environments_reach_their_classes_makes_names_and_submodules():
+    """`environments.X` is what DESIGN.md and `environments/__init__` promise: each class of
+    `__all__` from its module, every public name of `make` (what a config's environments
+    are made with), and a submodule by its name."""
+    from batchrl import environments
+    from batchrl.environments import make
+
+    for name in environments.__all__:
+        value = getattr(environments, name)
+        assert inspect.isclass(value) and value.__name__ == name, (name, value)
+        assert sys.modules[value.__module__].__dict__[name] is value
+    public = [name for name, value in vars(make).items() if not name.startswith("_")
+              and (getattr(value, "__module__", None) == make.__name__ or name.isupper())]
+    assert {"create_batch", "episode_limit", "ENVPOOL_PREFIX"} <= set(public)
+    for name in public:
+        assert getattr(environments, name) is getattr(make, name), name
+    assert environments.local is sys.modules["batchrl.environments.local"]
+    assert environments.mock.MockEnvironment is environments.MockEnvironment

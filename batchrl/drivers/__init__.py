@@ -23,5 +23,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-_lazy.keep_exports(__name__, _EXPORTS)
 __getattr__ = _lazy.exports(__name__, _EXPORTS)

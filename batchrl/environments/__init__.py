@@ -6,41 +6,42 @@ native environments (`native`, also named `batchrl.envs`), the application's bat
 environments of a config (`make`: `create_batch`, `episode_limit`, ...), and cheaper
 `tf.numpy_function` calls for the in-graph batch (`numpy_function`).
 
-Names are imported lazily, so that worker processes, which unpickle constructors that live
-in this package, import only what they use: `environments.BatchEnv` is
-`environments.local.BatchEnv`, and the functions of `make` are reached from here too
-(`environments.create_batch`).
+Names are imported lazily (`batchrl._lazy.exports`), so that worker processes, which
+unpickle constructors that live in this package, import only what they use:
+`environments.BatchEnv` is `environments.local.BatchEnv`, the public names of `make` are
+reached from here too (`environments.create_batch`), and a submodule by its name
+(`environments.native`).
 """
 
-import importlib
+from batchrl import _lazy
 
-_EXPORTS = {
-    "ApplicationBatchEnv": "application",
-    "BaseBatchEnv": "base",
-    "BatchEnv": "local",
-    "EnvPoolBatchEnv": "envpool",
-    "ExternalProcess": "wrappers",
-    "InGraphBatchEnv": "in_graph",
-    "MockEnvironment": "mock",
-    "ParallelBatchEnv": "processes",
-    "RayBatchEnv": "ray.driver",
-    "WorkerBatchEnv": "worker",
+_CLASSES = {
+    "ApplicationBatchEnv": "batchrl.environments.application",
+    "BaseBatchEnv": "batchrl.environments.base",
+    "BatchEnv": "batchrl.environments.local",
+    "EnvPoolBatchEnv": "batchrl.environments.envpool",
+    "ExternalProcess": "batchrl.environments.wrappers",
+    "InGraphBatchEnv": "batchrl.environments.in_graph",
+    "MockEnvironment": "batchrl.environments.mock",
+    "ParallelBatchEnv": "batchrl.environments.processes",
+    "RayBatchEnv": "batchrl.environments.ray.driver",
+    "WorkerBatchEnv": "batchrl.environments.worker",
 }
-_SUBMODULES = {"application", "base", "envpool", "in_graph", "local", "make", "mock", "native",
-               "nested_tasks", "numpy_function", "process_group", "processes", "ray",
-               "worker", "wrappers"}
+# The environments of a config (`make`'s public names).
+_MAKE = {name: "batchrl.environments.make" for name in (
+    "ENVPOOL_PREFIX",
+    "check_backend",
+    "check_env_id",
+    "create",
+    "create_batch",
+    "envpool_settings",
+    "envpool_task",
+    "episode_limit",
+    "gymnasium_id",
+    "native_class",
+    "registered_id",
+)}
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_CLASSES)
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    elif not name.startswith("__"):
-        value = getattr(importlib.import_module(f"{__name__}.make"), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.exports(__name__, _CLASSES | _MAKE, submodules=True)

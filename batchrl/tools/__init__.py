@@ -4,16 +4,15 @@ the mock algorithm.
 DESIGN.md's first names stay reachable here: the environments' (`tools.BatchEnv`,
 `tools.InGraphBatchEnv`, `tools.MockEnvironment`, `tools.ExternalProcess`), which live in
 `batchrl.environments`, and the drivers' (`tools.simulate`, `tools.Loop`), which live in
-`batchrl.drivers`. Names are imported lazily, so that importing this package imports no
-TensorFlow. An exported name is the documented object on every access, also where a
-module has the same name (`tools.simulate` is the function).
+`batchrl.drivers`. Names are imported lazily (`batchrl._lazy.exports`), so that importing
+this package imports no TensorFlow. An exported name is the documented object on every
+access, also where a module has the same name (`tools.simulate` is the function); a
+submodule is reached by its name (`tools.streaming`).
 
 The modules that moved keep their old paths for a release (`batchrl._lazy.moved_modules`):
 `batchrl.tools.simulate`, `.loop`, `.numpy_function`, `.wrappers` and `.nested` import
 their new modules.
 """
-
-import importlib
 
 from batchrl import _lazy
 
@@ -31,7 +30,6 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-_lazy.keep_exports(__name__, _EXPORTS)
 _lazy.moved_modules({
     "batchrl.tools.loop": "batchrl.drivers.loop",
     "batchrl.tools.nested": "batchrl.spaces.nested",
@@ -39,13 +37,4 @@ _lazy.moved_modules({
     "batchrl.tools.simulate": "batchrl.drivers.simulate",
     "batchrl.tools.wrappers": "batchrl.environments.wrappers",
 })
-_exported = _lazy.exports(__name__, _EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return _exported(name)
-    try:  # A submodule, or a moved module under its old name.
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = _lazy.exports(__name__, _EXPORTS, submodules=True)
