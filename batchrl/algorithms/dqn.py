@@ -14,7 +14,6 @@ from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.algorithms.base import checked
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
-from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -160,14 +159,14 @@ class DQN(off_policy.OffPolicyAlgorithm):
         observ = tf.zeros((1,) + self._observ_shape)
         self._q = self._acting.build_policy()
         self._target_q = off_policy.target_of(self._q, self._acting.make_policy, observ)
-        self._optimizer = adam(config.value_lr)
-        self._optimizer.build(self._q.trainable_variables)
+        self._optimizer = off_policy.adam(
+            config.value_lr, self._q.trainable_variables, config.max_gradient_norm)
         return Networks(policy=self._q)
 
     @property
     def _trackables(self):
         return {"policy": self._q, "target_policy": self._target_q,
-                "policy_optimizer": self._optimizer}
+                "policy_optimizer": self._optimizer.optimizer}
 
     # Acting reads the Q network; the TD error also its target.
     priority_trackables = ("policy", "target_policy")
@@ -224,7 +223,6 @@ class DQN(off_policy.OffPolicyAlgorithm):
         return tf.abs(q_taken - self._bootstrap_target(batch, next_q))
 
     def _update_step(self, batch):
-        config = self._config
         target = self._bootstrap_target(batch)
         with tf.GradientTape() as tape:
             q = self._q_values(batch)
@@ -233,7 +231,7 @@ class DQN(off_policy.OffPolicyAlgorithm):
             huber = tf.where(error < 1.0, 0.5 * tf.square(td_error), error - 0.5)
             loss = tf.reduce_mean(batch["weight"] * huber)
         norm = off_policy.apply_gradients(
-            tape, loss, self._q.trainable_variables, self._optimizer, config.max_gradient_norm)
+            tape, loss, self._q.trainable_variables, self._optimizer)
         with tf.control_dependencies([norm]):
             targets = self._update_targets([(self._target_q, self._q)])
         diagnostics = {"loss": loss, "q": tf.reduce_mean(q), "gradient_norm": norm,

@@ -11,10 +11,10 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from batchrl import optimizers
 from batchrl.algorithms.base import Algorithm, checked
 from batchrl.memories.replay import ReplayMemory
 from batchrl.memories.samplers import annealed_beta
-from batchrl.optimizers import base as optimizers_base
 from batchrl.spaces import nested
 from batchrl.tools.graph import after
 
@@ -29,13 +29,21 @@ def polyak(target, online, rate):
             for t, o in zip(target, online, strict=True)]
 
 
-def apply_gradients(tape, loss, variables, optimizer, max_norm):
-    """One optimizer step on `loss` (recorded on `tape`) for `variables`, the gradient
-    clipped to the global norm `max_norm` first when it is set; returns the global norm
-    before clipping (float32 scalar)."""
-    applied, norm = optimizers_base.apply_clipped(
-        optimizer, tape.gradient(loss, variables), variables, max_norm)
-    return after([applied], norm)
+def adam(learning_rate, variables, max_gradient_norm=None):
+    """Adam at `learning_rate` (float), its gradients clipped to the global norm
+    `max_gradient_norm` (None: not clipped), as a `batchrl.optimizers` module built for
+    `variables` (list of `tf.Variable`s). Its Keras optimizer (`.optimizer`) is what
+    `checkpoint_state` holds, at the paths of checkpoints written before the module."""
+    optimizer = optimizers.create({"type": "adam"}, learning_rate, max_gradient_norm)
+    optimizer.build(variables)
+    return optimizer
+
+
+def apply_gradients(tape, loss, variables, optimizer):
+    """One step of `optimizer` (a `batchrl.optimizers` module with `apply`, e.g. `adam`'s)
+    on the gradient of `loss` (recorded on `tape`) for `variables`; returns the gradient's
+    global norm before clipping (float32 scalar), ready once the step is taken."""
+    return optimizer.apply(tape.gradient(loss, variables), variables)["gradient_norm"]
 
 
 def flat_action(action):
@@ -228,7 +236,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     @property
     def _trackables(self):
-        """The subclass's networks, targets and optimizers, for the checkpoint."""
+        """The subclass's networks, targets and optimizers (the Keras optimizers of its
+        `adam` modules), for the checkpoint."""
         raise NotImplementedError
 
     # The entries of `_trackables` that acting and `td_error` read: what an Ape-X actor

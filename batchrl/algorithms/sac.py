@@ -13,8 +13,6 @@ from batchrl.algorithms import off_policy
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
-from batchrl.optimizers import base as optimizers_base
-from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -123,21 +121,20 @@ class SAC(off_policy.OffPolicyAlgorithm):
         with tf.name_scope(self.name):
             self._log_alpha = tf.Variable(
                 math.log(config.init_temperature), trainable=False, name="log_temperature")
-        self._actor_optimizer = adam(config.policy_lr)
-        self._critic_optimizer = adam(config.value_lr)
-        self._alpha_optimizer = adam(config.policy_lr)
-        self._actor_optimizer.build(actor.trainable_variables)
-        self._critic_optimizer.build(self._critic.trainable_variables)
-        self._alpha_optimizer.build([self._log_alpha])
+        self._actor_optimizer = off_policy.adam(
+            config.policy_lr, actor.trainable_variables, config.max_gradient_norm)
+        self._critic_optimizer = off_policy.adam(
+            config.value_lr, self._critic.trainable_variables, config.max_gradient_norm)
+        self._alpha_optimizer = off_policy.adam(config.policy_lr, [self._log_alpha])
         return Networks(policy=actor, critic=self._critic)
 
     @property
     def _trackables(self):
         return {"policy": self._actor, "critic": self._critic,
                 "target_critic": self._target_critic, "log_temperature": self._log_alpha,
-                "policy_optimizer": self._actor_optimizer,
-                "critic_optimizer": self._critic_optimizer,
-                "temperature_optimizer": self._alpha_optimizer}
+                "policy_optimizer": self._actor_optimizer.optimizer,
+                "critic_optimizer": self._critic_optimizer.optimizer,
+                "temperature_optimizer": self._alpha_optimizer.optimizer}
 
     # Acting reads the actor; the TD error also the critics, their targets and alpha.
     priority_trackables = ("policy", "critic", "target_critic", "log_temperature")
@@ -153,7 +150,6 @@ class SAC(off_policy.OffPolicyAlgorithm):
             batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
 
     def _update_step(self, batch):
-        config = self._config
         weight = batch["weight"]
         alpha = tf.exp(self._log_alpha)
         target = self._bootstrap_target(batch)
@@ -163,8 +159,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
             critic_loss = 0.5 * tf.reduce_sum(
                 tf.reduce_mean(weight * tf.square(td_error), -1))
         critic_norm = off_policy.apply_gradients(
-            tape, critic_loss, critic_variables, self._critic_optimizer,
-            config.max_gradient_norm)
+            tape, critic_loss, critic_variables, self._critic_optimizer)
         actor_variables = self._actor.trainable_variables
         with tf.GradientTape() as tape:
             new_action, log_prob = self._acting.sample(batch["observ"], self._random)
@@ -172,16 +167,14 @@ class SAC(off_policy.OffPolicyAlgorithm):
             actor_loss = tf.reduce_mean(alpha * log_prob - new_q)
         with tf.control_dependencies([critic_norm]):
             actor_norm = off_policy.apply_gradients(
-                tape, actor_loss, actor_variables, self._actor_optimizer,
-                config.max_gradient_norm)
+                tape, actor_loss, actor_variables, self._actor_optimizer)
         entropy_gap = tf.stop_gradient(log_prob + self._target_entropy)
         with tf.GradientTape() as tape:
             tape.watch(self._log_alpha)
             alpha_loss = -tf.reduce_mean(self._log_alpha * entropy_gap)
         alpha_gradient = tape.gradient(alpha_loss, self._log_alpha)
-        stepped, _ = optimizers_base.apply_clipped(
-            self._alpha_optimizer, [alpha_gradient], [self._log_alpha])
-        with tf.control_dependencies([actor_norm, stepped]):
+        stepped = self._alpha_optimizer.apply([alpha_gradient], [self._log_alpha])
+        with tf.control_dependencies([actor_norm, stepped["gradient_norm"]]):
             targets = self._update_targets([(self._target_critic, self._critic)])
         diagnostics = {
             "critic_loss": critic_loss, "actor_loss": actor_loss,

@@ -12,7 +12,6 @@ from batchrl.algorithms import off_policy
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
-from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.graph import after
 
 
@@ -103,18 +102,18 @@ class TD3(off_policy.OffPolicyAlgorithm):
         self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
         with tf.name_scope(self.name):
             self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
-        self._actor_optimizer = adam(config.policy_lr)
-        self._critic_optimizer = adam(config.value_lr)
-        self._actor_optimizer.build(self._actor.trainable_variables)
-        self._critic_optimizer.build(self._critic.trainable_variables)
+        self._actor_optimizer = off_policy.adam(
+            config.policy_lr, self._actor.trainable_variables, config.max_gradient_norm)
+        self._critic_optimizer = off_policy.adam(
+            config.value_lr, self._critic.trainable_variables, config.max_gradient_norm)
         return Networks(policy=self._actor, critic=self._critic)
 
     @property
     def _trackables(self):
         return {"policy": self._actor, "critic": self._critic,
                 "target_policy": self._target_actor, "target_critic": self._target_critic,
-                "policy_optimizer": self._actor_optimizer,
-                "critic_optimizer": self._critic_optimizer}
+                "policy_optimizer": self._actor_optimizer.optimizer,
+                "critic_optimizer": self._critic_optimizer.optimizer}
 
     # Acting reads the actor; the TD error also the critics and both targets.
     priority_trackables = ("policy", "critic", "target_policy", "target_critic")
@@ -140,16 +139,14 @@ class TD3(off_policy.OffPolicyAlgorithm):
             td_error = q - target
             critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
         critic_norm = off_policy.apply_gradients(
-            tape, critic_loss, self._critic.trainable_variables, self._critic_optimizer,
-            config.max_gradient_norm)
+            tape, critic_loss, self._critic.trainable_variables, self._critic_optimizer)
 
         def actor_step():
             with tf.GradientTape() as tape:
                 q = self._critic(batch["observ"], self._actor(batch["observ"]))[0]
                 loss = -tf.reduce_mean(q)
             norm = off_policy.apply_gradients(
-                tape, loss, self._actor.trainable_variables, self._actor_optimizer,
-                config.max_gradient_norm)
+                tape, loss, self._actor.trainable_variables, self._actor_optimizer)
             with tf.control_dependencies([norm]):
                 moved = [op for target, online in (
                     (self._target_actor, self._actor), (self._target_critic, self._critic))

@@ -2,9 +2,10 @@
 gradient, a line search, several steps and a clipped step, declared in configs and stacked.
 
 Every optimizer has `minimize(loss_fn, variables, kl_fn=None) -> (deltas, diagnostics)`
-(`base.Optimizer`). `create(spec)` builds one from its declaration; `spec.check` checks a
-declaration without TensorFlow. Names are imported lazily, so that checking a config does
-not start TensorFlow.
+(`base.Optimizer`); the Keras ones also `apply(gradients, variables) -> diagnostics`, a step
+on gradients the caller computed. `create(spec)` builds one from its declaration;
+`spec.check` checks a declaration without TensorFlow. Names are imported lazily, so that
+checking a config does not start TensorFlow.
 """
 
 from batchrl import _lazy

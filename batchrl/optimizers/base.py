@@ -3,8 +3,6 @@ that they share."""
 
 import tensorflow as tf
 
-from batchrl.optimizers import fused_adam
-
 
 class Optimizer(tf.Module):
     """An update rule usable inside `tf.function` (and eagerly).
@@ -17,9 +15,14 @@ class Optimizer(tf.Module):
     the policy before the update to the policy the variables give now (zero before any
     change); optimizers that do not need it ignore it.
 
+    `apply(gradients, variables)` takes one step on gradients computed by the caller
+    (e.g. an algorithm with several losses, each with its own optimizer) and returns the
+    diagnostics only; rules whose step needs the loss itself (the natural gradient, the
+    line search and the wrappers) raise NotImplementedError there.
+
     Optimizers are `tf.Module`s: a `tf.train.Checkpoint` holding one holds its state
     (e.g. Adam's moments). Call `build(variables)` outside of any `tf.function` before the
-    first `minimize`, so that such state exists before tracing.
+    first `minimize` or `apply`, so that such state exists before tracing.
     """
 
     def build(self, variables):
@@ -29,6 +32,25 @@ class Optimizer(tf.Module):
     def minimize(self, loss_fn, variables, kl_fn=None):
         """One update; returns `(deltas, diagnostics)` as the class docstring says."""
         raise NotImplementedError
+
+    def apply(self, gradients, variables):
+        """One step on given gradients.
+
+        Args:
+          gradients: list of float32 tensors of the variables' shapes, one per variable
+            (None: no gradient for that variable).
+          variables: list of the `tf.Variable`s the optimizer was built for (`build`).
+
+        Returns:
+          dict of float32 scalars, each computed after the variables have changed (to wait
+          for the step).
+
+        Raises:
+          NotImplementedError: a rule whose step needs the loss (use `minimize`).
+        """
+        del gradients, variables
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot step on given gradients; use minimize")
 
     def scale_learning_rate(self, scale):
         """Sets the learning rate to `scale` (float32 scalar) times the configured one, for
@@ -71,35 +93,6 @@ def gradients(tape, value, variables):
     gradients = tape.gradient(value, variables)
     return [tf.zeros(variable.shape, tf.as_dtype(variable.dtype)) if gradient is None
             else gradient for gradient, variable in zip(gradients, variables, strict=True)]
-
-
-def apply_clipped(optimizer, gradients, variables, max_norm=None):
-    """One step of a Keras optimizer on `gradients`, clipped to the global norm `max_norm`
-(a plain Adam runs as fused kernels: `fused_adam`).
-
-    The gradients (one per variable, as one vector) keep their direction and are scaled
-    by `max_norm / norm` when their global norm `norm` exceeds `max_norm`
-    (`tf.clip_by_global_norm`; Pascanu et al. 2013, arXiv:1211.5063, algorithm 2).
-
-    Args:
-      optimizer: a `keras.optimizers.Optimizer`.
-      gradients: list of tensors of the variables' shapes (None entries count as zero in
-        the norm and are passed on as None).
-      variables: list of `tf.Variable`s.
-      max_norm: float > 0, or None / 0 for no clipping.
-
-    Returns:
-      `(applied, norm)`: the optimizer's `apply_gradients` result (to wait for) and the
-      float32 scalar global norm of `gradients` before clipping.
-    """
-    norm = tf.linalg.global_norm(gradients)
-    if max_norm:
-        gradients, _ = tf.clip_by_global_norm(gradients, max_norm, use_norm=norm)
-    if fused_adam.can_fuse(optimizer, variables):
-        applied = fused_adam.apply(optimizer, gradients, variables)
-    else:
-        applied = optimizer.apply_gradients(zip(gradients, variables, strict=True))
-    return applied, norm
 
 
 def dot(first, second):

@@ -3,19 +3,22 @@
 import keras
 import tensorflow as tf
 
-from batchrl.optimizers import base
+from batchrl.optimizers import base, fused_adam
+from batchrl.tools.graph import after
 
 
 class KerasOptimizer(base.Optimizer):
-    """One step of a Keras optimizer on the gradient of the loss.
+    """One step of a Keras optimizer on the gradient of the loss, the gradient clipped to a
+    global norm first (a plain Adam runs as fused kernels: `fused_adam`).
 
     Args:
       optimizer: a `keras.optimizers.Optimizer` whose learning rate is a float (it becomes
         a variable, which `scale_learning_rate` sets).
-      max_gradient_norm: clip the gradient to this global norm first (None: no clipping).
+      max_gradient_norm: clip the gradient to this global norm first (None or 0: no
+        clipping).
 
     `minimize` returns the diagnostics `loss` (before the step) and `gradient_norm` (the
-    global norm before clipping).
+    global norm before clipping); `apply` the latter.
     """
 
     def __init__(self, optimizer, max_gradient_norm=None, name=None):
@@ -34,11 +37,37 @@ class KerasOptimizer(base.Optimizer):
         gradients = base.gradients(tape, loss, variables)
         before = base.read(variables)
         with tf.control_dependencies(before):
-            applied, norm = base.apply_clipped(
-                self.optimizer, gradients, variables, self._max_gradient_norm)
-        with tf.control_dependencies([applied]):
+            diagnostics = self.apply(gradients, variables)
+        with tf.control_dependencies(list(diagnostics.values())):
             deltas = [variable - start for variable, start in zip(variables, before, strict=True)]
-        return deltas, {"loss": loss, "gradient_norm": norm}
+        return deltas, {"loss": loss, **diagnostics}
+
+    def apply(self, gradients, variables):
+        """One step of the Keras optimizer on `gradients`, clipped to the global norm
+        `max_gradient_norm` first when it is set.
+
+        The gradients (one per variable, as one vector) keep their direction and are scaled
+        by `max_gradient_norm / norm` when their global norm `norm` exceeds it
+        (`tf.clip_by_global_norm`; Pascanu et al. 2013, arXiv:1211.5063, algorithm 2).
+
+        Args:
+          gradients: list of float32 tensors of the variables' shapes (None entries count
+            as zero in the norm, and leave their variable and its slots unchanged).
+          variables: list of the `tf.Variable`s the optimizer was built for.
+
+        Returns:
+          `{"gradient_norm": norm}`: the float32 scalar global norm of `gradients` before
+          clipping, computed after the step.
+        """
+        norm = tf.linalg.global_norm(gradients)
+        if self._max_gradient_norm:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._max_gradient_norm, use_norm=norm)
+        if fused_adam.can_fuse(self.optimizer, variables):
+            applied = fused_adam.apply(self.optimizer, gradients, variables)
+        else:
+            applied = self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        return {"gradient_norm": after([applied], norm)}
 
     def scale_learning_rate(self, scale):
         return [self.optimizer.learning_rate.assign(self._learning_rate * scale)]
@@ -47,7 +76,7 @@ class KerasOptimizer(base.Optimizer):
 def adam(learning_rate, **options):
     """Keras' Adam at `learning_rate` (a float; it becomes a variable, which learning rate
     schedules set) with Keras' keyword arguments `options`: the one way batchrl builds
-    Adam (`create`, PPO, the off-policy algorithms)."""
+    Adam (`create`, hence every algorithm's Adam)."""
     return keras.optimizers.Adam(float(learning_rate), **options)
 
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 from batchrl import configs
 from batchrl.algorithms import dqn, off_policy
 from batchrl.algorithms.dqn import DQN
+from batchrl.algorithms.sac import SAC
 from batchrl.algorithms.td3 import TD3
 from batchrl.drivers.loop import step_function
 from batchrl.drivers.simulate import episode_state, simulate
@@ -20,6 +21,7 @@ from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import q_networks
 from batchrl.scripts.events import read_scalars
+from tests.optimizers import numpy_steps
 
 SMALL = {"policy_layers": [16], "value_layers": [16], "learning_starts": 8,
          "batch_size": 8, "replay_capacity": 64}
@@ -227,6 +229,37 @@ def test_dqn_trains_on_cartpole_without_crash():
     assert int(algo.updates.numpy()) % 2 == 0
     for t, o in zip(target.variables, q.variables, strict=True):
         np.testing.assert_allclose(t.numpy(), o.numpy())
+
+
+@pytest.mark.parametrize("cls", [SAC, TD3, DQN])
+def test_every_gradient_step_is_clipped_to_max_gradient_norm(cls):
+    """The Adam of each of SAC's, TD3's and DQN's losses (`policy_lr` or `value_lr`) scales
+    the gradient to a global norm of at most `max_gradient_norm` (0.01), except SAC's
+    temperature's (never clipped), against NumPy's Adam; the reported norm is the one
+    before clipping. Adam's step does not change when all its gradients are scaled alike,
+    so the two steps have norms 5 (clipped) and 0.002 (not), which clipping weighs
+    otherwise."""
+    algo = _build(cls, _cartpole() if cls is DQN else _mock((3,)), max_gradient_norm=0.01)
+    config = algo._config
+    if cls is DQN:
+        steps = [(algo._optimizer, algo._q.trainable_variables, config.value_lr, 0.01)]
+    else:
+        steps = [
+            (algo._critic_optimizer, algo._critic.trainable_variables, config.value_lr, 0.01),
+            (algo._actor_optimizer, algo._actor.trainable_variables, config.policy_lr, 0.01)]
+    if cls is SAC:
+        steps.append((algo._alpha_optimizer, [algo._log_alpha], config.policy_lr, None))
+    random = np.random.default_rng(0)
+    for optimizer, variables, rate, max_norm in steps:
+        start = [variable.numpy() for variable in variables]
+        gradients = numpy_steps.random_gradients(
+            random, [value.shape for value in start], (5.0, 0.002))
+        expected, norms = numpy_steps.adam_steps(start, gradients, max_norm, rate)
+        for gradient, norm in zip(gradients, norms, strict=True):
+            diagnostics = optimizer.apply([tf.constant(g) for g in gradient], variables)
+            assert float(diagnostics["gradient_norm"]) == pytest.approx(norm, rel=1e-5)
+        for variable, value in zip(variables, expected, strict=True):
+            np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-8)
 
 
 def _cartpole(count=2):

@@ -1,6 +1,5 @@
 """BatchPPO inside `simulate`, on MockEnvironment batches."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,6 +15,7 @@ from batchrl.environments.mock import MockEnvironment
 from batchrl.envs import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
 from tests.algorithms.ppo_memory import load_memory
+from tests.optimizers import numpy_steps
 
 
 def _config(**overrides):
@@ -311,7 +311,7 @@ def test_whole_call_compiled_with_xla_fills_the_memory_as_without():
     for call in range(4):  # Four episodes end per call; six fill the memory.
         function(tf.constant(False), tf.constant(call == 0), tf.constant(3))
         indices.append(int(algo._memory_index.numpy()))
-        iterations.append(int(algo._policy_optimizer.iterations.numpy()))
+        iterations.append(int(algo._policy_optimizer.optimizer.iterations.numpy()))
     assert indices == [4, 0, 4, 0]
     assert iterations[0] == 0 and iterations[1] > 0
     assert iterations[2] == iterations[1] and iterations[3] == 2 * iterations[1]
@@ -347,20 +347,29 @@ def test_kl_schedule_scales_the_target_of_the_penalty_and_the_cutoff(
 
 @pytest.mark.parametrize("max_norm", [None, 0.01])
 def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
-    """Each optimizer step applies the gradient scaled to a global norm of at most
-    `max_gradient_norm` (null: unscaled); the reported norm is the one before clipping."""
+    """Each of PPO's optimizer steps (`_apply`, with the value's and the policy's Adam)
+    applies the gradient scaled to a global norm of at most `max_gradient_norm` (null:
+    unscaled), against NumPy's Adam; the reported norm is the one before clipping. Adam's
+    step does not change when all its gradients are scaled alike, so the two steps have
+    norms 5 (clipped to 0.01) and 0.002 (not clipped), which clipping weighs otherwise."""
     _, algo, _, _ = _setup((3,), [(4, 4)] * 2, max_gradient_norm=max_norm)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    before = [variable.numpy() for variable in model.trainable_variables]
-    with tf.GradientTape() as tape:
-        loss = 100.0 * tf.reduce_sum(tf.square(model(tf.ones([4, 3])) - 5.0))
-    norm = float(algo._apply(tape, loss, model.trainable_variables,
-                             keras.optimizers.SGD(1.0)))
-    moved = np.sqrt(sum(np.sum(np.square(variable.numpy() - old))
-                        for variable, old in zip(model.trainable_variables, before,
-                                                 strict=True)))
-    assert norm > 1.0
-    assert moved == pytest.approx(min(norm, max_norm or np.inf), rel=1e-4)
+    random = np.random.default_rng(0)
+    for network, optimizer, rate in (
+            (algo.networks.value, algo._value_optimizer, algo._config.value_lr),
+            (algo.networks.policy, algo._policy_optimizer, algo._config.policy_lr)):
+        variables = network.trainable_variables
+        start = [variable.numpy() for variable in variables]
+        gradients = numpy_steps.random_gradients(
+            random, [value.shape for value in start], (5.0, 0.002))
+        expected, norms = numpy_steps.adam_steps(start, gradients, max_norm, rate)
+        for gradient, norm in zip(gradients, norms, strict=True):
+            with tf.GradientTape() as tape:  # A loss whose gradient is `gradient`.
+                loss = tf.add_n([tf.reduce_sum(variable * g) for g, variable in zip(
+                    gradient, variables, strict=True)])
+            reported = float(algo._apply(tape, loss, variables, optimizer))
+            assert reported == pytest.approx(norm, rel=1e-5)
+        for variable, value in zip(variables, expected, strict=True):
+            np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("normalizer", ["return"])  # `reward`: the eval mode test's run.

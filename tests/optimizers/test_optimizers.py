@@ -10,6 +10,7 @@ from batchrl import optimizers
 from batchrl.networks.distributions import Categorical, DiagonalGaussian
 from batchrl.optimizers import base, fused_adam
 from batchrl.optimizers import spec as spec_lib
+from tests.optimizers import numpy_steps
 
 
 @pytest.mark.parametrize("size, seed", [(2, 0), (7, 1), (20, 2), (50, 3)])
@@ -286,15 +287,62 @@ def test_clipped_step_limits_the_norm_and_keeps_the_direction():
 
 
 @pytest.mark.parametrize("max_norm, scale", [(None, 1.0), (0.5, 0.1), (10.0, 1.0)])
-def test_apply_clipped_scales_long_gradients_to_max_norm(max_norm, scale):
-    """PPO's and KerasOptimizer's step: SGD at rate 1 moves by the gradient times
-    min(1, max_norm / |g|); the returned norm is |g| = 5 before clipping."""
+def test_keras_apply_scales_long_gradients_to_max_norm(max_norm, scale):
+    """SGD at rate 1 moves by the gradient times min(1, max_norm / |g|); the returned norm
+    is |g| = 5 before clipping."""
     x, y = tf.Variable([1.0, 1.0]), tf.Variable([[1.0]])
-    gradients = [tf.constant([3.0, 0.0]), tf.constant([[4.0]])]
-    applied, norm = base.apply_clipped(keras.optimizers.SGD(1.0), gradients, [x, y], max_norm)
-    assert float(norm) == pytest.approx(5.0)
+    optimizer = optimizers.create({"type": "sgd", "learning_rate": 1.0},
+                                  max_gradient_norm=max_norm)
+    optimizer.build([x, y])
+    diagnostics = optimizer.apply([tf.constant([3.0, 0.0]), tf.constant([[4.0]])], [x, y])
+    assert list(diagnostics) == ["gradient_norm"]
+    assert float(diagnostics["gradient_norm"]) == pytest.approx(5.0)
     np.testing.assert_allclose(x.numpy(), [1.0 - 3.0 * scale, 1.0], rtol=1e-6)
     np.testing.assert_allclose(y.numpy(), [[1.0 - 4.0 * scale]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("max_norm", [None, 0.3])
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_keras_apply_is_the_rule_on_globally_clipped_gradients(kind, max_norm):
+    """`apply` in a `tf.function`, as the algorithms call it, on four steps of gradients
+    of global norms 2, 0.05, 0.9 and 0.2 (so that 0.3 clips some steps and not others)
+    against NumPy: global norm clipping, then Adam's step (the fused kernels) or SGD
+    with momentum's (Keras' `apply_gradients`); `gradient_norm` is each step's norm
+    before clipping."""
+    random = np.random.default_rng(5)
+    start = [random.normal(size=(3, 2)).astype(np.float32),
+             random.normal(size=(2,)).astype(np.float32)]
+    gradients = numpy_steps.random_gradients(random, [(3, 2), (2,)], (2.0, 0.05, 0.9, 0.2))
+    variables = [tf.Variable(value) for value in start]
+    if kind == "adam":
+        spec = {"type": "adam", "learning_rate": 0.1}
+        expected, norms = numpy_steps.adam_steps(start, gradients, max_norm, 0.1)
+    else:
+        spec = {"type": "sgd", "learning_rate": 0.1, "momentum": 0.5}
+        expected, norms = numpy_steps.momentum_steps(start, gradients, max_norm, 0.1, 0.5)
+    optimizer = optimizers.create(spec, max_gradient_norm=max_norm)
+    optimizer.build(variables)
+    assert fused_adam.can_fuse(optimizer.optimizer, variables) == (kind == "adam")
+    step = tf.function(lambda g: optimizer.apply(g, variables), autograph=False)
+    for gradient, norm in zip(gradients, norms, strict=True):
+        diagnostics = step([tf.constant(g) for g in gradient])
+        assert float(diagnostics["gradient_norm"]) == pytest.approx(norm, rel=1e-6)
+    for variable, value in zip(variables, expected, strict=True):
+        np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "natural_gradient"},
+    {"type": "adam", "learning_rate": 0.1, "clipped_step": {"max_norm": 1.0}},
+    {"type": "multi_step", "steps": 2, "optimizer": {"type": "sgd", "learning_rate": 0.1}},
+])
+def test_rules_that_need_the_loss_do_not_apply_given_gradients(spec):
+    x = tf.Variable([1.0])
+    optimizer = optimizers.create(spec)
+    optimizer.build([x])
+    with pytest.raises(NotImplementedError, match="use minimize"):
+        optimizer.apply([tf.constant([1.0])], [x])
+    assert x.numpy().tolist() == [1.0]
 
 
 @pytest.mark.parametrize("kind, keras_class, options", [
@@ -326,20 +374,21 @@ def test_keras_optimizers_step_as_keras_does(kind, keras_class, options):
 
 
 def test_only_a_plain_adam_runs_fused_and_a_missing_gradient_changes_nothing():
-    """`apply_clipped` takes the fused kernels for batchrl's Adam only (Keras' options that
-    change the rule fall back to `apply_gradients`); a None gradient leaves its variable
-    and moments alone, as Keras does, while `iterations` counts the step."""
+    """`KerasOptimizer.apply` takes the fused kernels for batchrl's Adam only (Keras'
+    options that change the rule fall back to `apply_gradients`); a None gradient leaves
+    its variable and moments alone, as Keras does, while `iterations` counts the step."""
     x, y = tf.Variable([1.0, -2.0]), tf.Variable([3.0])
-    plain = optimizers.create({"type": "adam"}, learning_rate=0.1).optimizer
+    optimizer = optimizers.create({"type": "adam"}, learning_rate=0.1)
+    plain = optimizer.optimizer
     assert not plain.built and not fused_adam.can_fuse(plain, [x, y])
-    plain.build([x, y])
+    optimizer.build([x, y])
     assert fused_adam.can_fuse(plain, [x, y])
     for options in ({"amsgrad": True}, {"weight_decay": 0.1}, {"clipnorm": 1.0}):
         other = keras.optimizers.Adam(0.1, **options)
         other.build([x, y])
         assert not fused_adam.can_fuse(other, [x, y]), options
     assert not fused_adam.can_fuse(keras.optimizers.AdamW(0.1), [x, y])
-    base.apply_clipped(plain, [tf.constant([1.0, 1.0]), None], [x, y])
+    optimizer.apply([tf.constant([1.0, 1.0]), None], [x, y])
     np.testing.assert_allclose(x.numpy(), [0.9, -2.1], rtol=1e-5)  # First step: lr sign(g).
     assert y.numpy().tolist() == [3.0] and int(plain.iterations) == 1
     # Keras' slots: m and v of x, then of y; m = (1 - beta_1) g, v = (1 - beta_2) g^2

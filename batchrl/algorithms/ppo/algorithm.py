@@ -7,12 +7,11 @@ adaptive KL penalty); Heess et al., arXiv:1707.02286 (streaming normalization, K
 
 import tensorflow as tf
 
+from batchrl import optimizers
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.ppo import losses
-from batchrl.optimizers.base import apply_clipped
-from batchrl.optimizers.keras_optimizer import adam
 from batchrl.tools.streaming import StreamingNormalize
 
 
@@ -92,17 +91,29 @@ class PPO(OnPolicyAlgorithm):
                 config.normalize_value) else None
         self._shared_torso = parts.shared_torso(self._networks)
         self._value_coef = float(config.value_coef)  # The joint step's (shared torso).
+        policy_optimizer = self._adam(config.policy_lr)
         if self._shared_torso is None:
-            self._build_optimizers(adam(config.policy_lr), adam(config.value_lr))
+            self._build_optimizers(policy_optimizer, self._adam(config.value_lr))
         else:
-            self._build_optimizers(adam(config.policy_lr), None)
+            self._build_optimizers(policy_optimizer, None)
+
+    def _adam(self, learning_rate):
+        """Adam at `learning_rate`, its gradients clipped to `max_gradient_norm` (None: not
+        clipped): a `batchrl.optimizers` module, built by `_build_optimizers`."""
+        return optimizers.create(
+            {"type": "adam"}, learning_rate, self._config.max_gradient_norm)
 
     @property
     def checkpoint_state(self):
         """Trackables that define training (`OnPolicyAlgorithm.checkpoint_state`), with the
         optimizers, the KL penalty and, with `normalize_value`, the value targets'
-        statistics (`value_filter`)."""
+        statistics (`value_filter`). The optimizers are their Keras optimizers
+        (`KerasOptimizer.optimizer`), at the paths of checkpoints written before PPO's
+        optimizers were `batchrl.optimizers` modules."""
         state = dict(super().checkpoint_state, kl_penalty=self._penalty)
+        for name in ("policy_optimizer", "value_optimizer"):
+            if name in state:
+                state[name] = state[name].optimizer
         if self._value_filter is not None:
             state["value_filter"] = self._value_filter
         return state
@@ -190,11 +201,8 @@ class PPO(OnPolicyAlgorithm):
         """Sets the Adam learning rates (one with a shared torso) to their configured
         values times `scale` (`OnPolicyAlgorithm._schedule_learning_rates`); returns the
         assignments."""
-        config = self._config
-        return [optimizer.learning_rate.assign(rate * scale)
-                for optimizer, rate in ((self._policy_optimizer, config.policy_lr),
-                                        (self._value_optimizer, config.value_lr))
-                if optimizer is not None]
+        return [assignment for optimizer in (self._policy_optimizer, self._value_optimizer)
+                if optimizer is not None for assignment in optimizer.scale_learning_rate(scale)]
 
     def _replay_as_trained(self, observ, state):
         """The current policy's parameters on the memory's episodes as the policy steps
@@ -308,11 +316,12 @@ class PPO(OnPolicyAlgorithm):
         return {"value_loss": value_loss, "policy_loss": policy["loss"],
                 "surrogate": policy["surrogate"], "kl_cutoff_count": policy["cutoff_count"]}
 
-    def _apply(self, tape, loss, variables, optimizer):
-        """One optimizer step on `loss`; returns the gradient's global norm before clipping."""
-        gradients = tape.gradient(loss, variables)
-        _, norm = apply_clipped(optimizer, gradients, variables, self._config.max_gradient_norm)
-        return norm
+    @staticmethod
+    def _apply(tape, loss, variables, optimizer):
+        """One step of `optimizer` (a `batchrl.optimizers` module with `apply`) on the
+        gradient of `loss` (recorded on `tape`); returns the gradient's global norm before
+        clipping (float32 scalar), ready once the step is taken."""
+        return optimizer.apply(tape.gradient(loss, variables), variables)["gradient_norm"]
 
     def _value_loss(self, minibatch):
         return losses.value_loss(
