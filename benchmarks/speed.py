@@ -127,11 +127,11 @@ def measure_update(config_name, overrides, repeats, memory):
 
         times = []
         for _ in range(repeats + 1):
-            iterations = int(algo._policy_optimizer.iterations.numpy())
+            iterations = int(algo.checkpoint_state["policy_optimizer"].iterations.numpy())
             start = time.perf_counter()
             update()
             times.append(time.perf_counter() - start)
-        adam_steps = int(algo._policy_optimizer.iterations.numpy()) - iterations
+        adam_steps = int(algo.checkpoint_state["policy_optimizer"].iterations.numpy()) - iterations
         return {"first": times[0], "seconds": times[1:], "adam_steps": adam_steps}
     finally:
         batch_env.close()
