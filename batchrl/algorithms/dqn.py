@@ -186,6 +186,11 @@ class DQN(off_policy.OffPolicyAlgorithm):
             self._acting.masked_q(nextob, self._target_q(nextob)),
             bool(self._config.double_q)))
 
+    @property
+    def num_actions(self):
+        """int, the actions of the Discrete action space: the Q values of an observation."""
+        return self._acting.count
+
     def perform_with_values(self, agent_indices, observ):
         """`perform`'s actions and the Q values they were chosen from: `(action, q)`, int32
         `[n]` and float32 `[n, num_actions]` (`DQNActor.act_with_values`). An Ape-X actor

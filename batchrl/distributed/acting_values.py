@@ -31,7 +31,7 @@ class ActingValues:
 
     def __init__(self, algo, agents, n_step, rows):
         self._algo = algo
-        actions = int(algo._acting.count)
+        actions = algo.num_actions
         self._n_step = n_step
         self.latest = tf.Variable(tf.zeros([agents, actions]), trainable=False)
         self.window = tf.Variable(tf.zeros([agents, max(n_step - 1, 0)]), trainable=False)
