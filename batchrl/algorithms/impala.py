@@ -136,18 +136,9 @@ class IMPALA(OnPolicyAlgorithm):
                 statistics.append(self._observ_filter.update(
                     tf.boolean_mask(fragment["observ"], valid)))
         with tf.control_dependencies(statistics):
-            values = masked(self._value(observ), mask)
-            done = tf.convert_to_tensor(fragment["done"], tf.bool)
-            batch = {
-                "observ": observ, "action": fragment["action"], "mask": mask,
-                "length": length,
-                "reward": masked(self._reward_filter.transform(reward), mask),
-                "value": values,
-                "next_value": masked(self._next_value(values, next_observ, done, length),
-                                     mask),
-                "done": done, "terminated": fragment["terminated"],
-                **{key: value for key, value in fragment.items()
-                   if key.startswith("policy_") or key == "state"}}
+            rows = dict(fragment, reward=reward,
+                        done=tf.convert_to_tensor(fragment["done"], tf.bool))
+            batch = self._rollout_batch(rows, observ, next_observ, length)
         return self.update(batch)
 
     def update(self, batch):

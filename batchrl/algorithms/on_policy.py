@@ -455,27 +455,49 @@ class OnPolicyAlgorithm(Algorithm):
         parameters of the policy that acted; and, for a recurrent policy, `state` float32
         `[E, T, state_size]`, the state each step was acted on."""
         episodes, length = self._memory.data()
-        mask = advantage_lib.sequence_mask(length, self._memory_length)
         observ = self._observ_storage.decode("observ", episodes)
+        if self._rollout_length:
+            return self._rollout_batch(
+                episodes, observ, self._observ_storage.decode("next_observ", episodes),
+                length)
+        mask = advantage_lib.sequence_mask(length, self._memory_length)
+        batch = self._recorded_batch(episodes, observ, mask, length)
+        not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
+        batch["bootstrap"] = (self._value(self._memory_final[:, None])[:, 0] * not_terminal)
+        return batch
+
+    def _rollout_batch(self, rows, observ, next_observ, length):
+        """The batch of `_memory_batch` for rows of `rollout_length` consecutive steps,
+        from this process's memory or from an actor's fragment (`IMPALA.learn`): `rows`
+        holds `action`, raw `reward`, `done`, `terminated`, the `policy_<param>` of the
+        policy that acted and for a recurrent policy `state`, `[rows, T, ...]`; `observ` and
+        `next_observ` normalized `[rows, T, *observation_shape]`; `length` int32 `[rows]`.
+        Adds `next_value` (`_next_value`), `done` and `terminated` to `_recorded_batch`'s
+        keys."""
+        time = rows["reward"].shape[1]  # Static where known (this process's memory).
+        mask = advantage_lib.sequence_mask(
+            length, tf.shape(rows["reward"])[1] if time is None else time)
+        batch = self._recorded_batch(rows, observ, mask, length)
+        batch.update(next_value=advantage_lib.masked(self._next_value(
+            batch["value"], next_observ, rows["done"], length), mask),
+            done=rows["done"], terminated=rows["terminated"])
+        return batch
+
+    def _recorded_batch(self, rows, observ, mask, length):
+        """The keys of `_memory_batch` that every recording gives: `observ` (normalized),
+        `action`, `mask`, `length`, `reward` (normalized, masked), `value` (masked), the
+        `policy_<param>` and, for a recurrent policy, `state`, from `rows` (dict of
+        `[rows, T, ...]`)."""
         batch = {
-            "observ": observ, "action": episodes["action"], "mask": mask, "length": length,
-            "reward": advantage_lib.masked(
-                self._reward_filter.transform(episodes["reward"]), mask),
+            "observ": observ, "action": rows["action"], "mask": mask, "length": length,
+            "reward": advantage_lib.masked(self._reward_filter.transform(rows["reward"]),
+                                           mask),
             "value": advantage_lib.masked(self._value(observ), mask),
         }
-        if self._rollout_length:
-            batch.update(next_value=advantage_lib.masked(self._next_value(
-                batch["value"], self._observ_storage.decode("next_observ", episodes),
-                episodes["done"], length), mask),
-                done=episodes["done"], terminated=episodes["terminated"])
-        else:
-            not_terminal = 1.0 - tf.cast(self._memory_terminated, tf.float32)
-            batch["bootstrap"] = (self._value(self._memory_final[:, None])[:, 0]
-                                  * not_terminal)
         for key in self._param_shapes:
-            batch["policy_" + key] = episodes["policy_" + key]
+            batch["policy_" + key] = rows["policy_" + key]
         if self._recurrent:
-            batch["state"] = episodes["state"]
+            batch["state"] = rows["state"]
         return batch
 
     def _value(self, observ):
