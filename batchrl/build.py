@@ -163,7 +163,7 @@ def algorithm_config(config):
     return algo_config
 
 
-def build(config, batch_env, process_eager=True):
+def build(config, batch_env, process_eager=True, learns=True):
     """The agent of `config` acting in `batch_env`.
 
     Wraps `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
@@ -192,6 +192,8 @@ def build(config, batch_env, process_eager=True):
         `tf.function` of the process runs eagerly from now on when `config.eager` (traced
         otherwise). False (`batchrl.Agent`, inside an application): the process's eager
         mode is left alone, and the caller runs its functions under `config.eager`.
+      learns: bool; False builds an off-policy algorithm that acts and gives TD errors but
+        has no optimizer (an Ape-X actor's copy: `OffPolicyAlgorithm`'s `learns`).
 
     Returns:
       `Built`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
@@ -214,7 +216,8 @@ def build(config, batch_env, process_eager=True):
     try:
         if issubclass(algorithm, OffPolicyAlgorithm):
             algo_config["torso"] = torso_factory(config)
-        algo = algorithm(in_graph, step, is_training, should_log, algo_config)
+        options = {} if learns else {"learns": False}
+        algo = algorithm(in_graph, step, is_training, should_log, algo_config, **options)
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
             raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None

@@ -159,14 +159,13 @@ class DQN(off_policy.OffPolicyAlgorithm):
         observ = tf.zeros((1,) + self._observ_shape)
         self._q = self._acting.build_policy()
         self._target_q = off_policy.target_of(self._q, self._acting.make_policy, observ)
-        self._optimizer = off_policy.adam(
-            config.value_lr, self._q.trainable_variables, config.max_gradient_norm)
+        self._optimizer = self._adam("policy_optimizer", config.value_lr,
+                                     self._q.trainable_variables, config.max_gradient_norm)
         return Networks(policy=self._q)
 
     @property
     def _trackables(self):
-        return {"policy": self._q, "target_policy": self._target_q,
-                "policy_optimizer": self._optimizer.optimizer}
+        return {"policy": self._q, "target_policy": self._target_q}
 
     # Acting reads the Q network; the TD error also its target.
     priority_trackables = ("policy", "target_policy")

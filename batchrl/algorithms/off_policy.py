@@ -131,6 +131,9 @@ class OffPolicyAlgorithm(Algorithm):
         `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`,
         `steps`; optional `normalize_keys` as for
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
+      learns: bool; False builds a copy that acts and gives TD errors (`td_error`) but
+        has no optimizer and cannot update (an Ape-X actor's, whose weights the learner
+        sends: `apex_variables`); its `checkpoint_state` holds no optimizer.
 
     Raises:
       ValueError: a bad `exploration`, `prioritized_replay` or `replay_frame_stack` spec, or
@@ -158,8 +161,10 @@ class OffPolicyAlgorithm(Algorithm):
         "rollout_length"})  # Read by the Ape-X actors: the steps of an actor's call.
     state_size = 0  # Feed-forward policies only.
 
-    def __init__(self, batch_env, step, is_training, should_log, config):
+    def __init__(self, batch_env, step, is_training, should_log, config, learns=True):
         super().__init__(batch_env, step, is_training, should_log, config)
+        self._learns = bool(learns)
+        self._optimizers = {}  # Checkpoint key -> optimizer module (`_adam`).
         defaults = {"target_update_rate": self.default_target_update_rate,
                     "target_update_every": self.default_target_update_every}
         config = self._config = type(config)(config, **{
@@ -214,9 +219,18 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _build_networks(self, batch_env, config):
         """Builds the networks (the policy with `self._acting.build_policy()`), targets
-        and optimizers; returns their
+        and optimizers (`_adam`); returns their
         `batchrl.networks.Networks` (`policy`: the model `export` saves; `critic`)."""
         raise NotImplementedError
+
+    def _adam(self, key, learning_rate, variables, max_gradient_norm=None):
+        """`adam`'s optimizer for `variables`, its Keras optimizer kept in
+        `checkpoint_state` under `key` (e.g. "policy_optimizer"); None, and nothing built,
+        in a copy that does not learn (`learns` False: an Ape-X actor's)."""
+        if not self._learns:
+            return None
+        self._optimizers[key] = adam(learning_rate, variables, max_gradient_norm)
+        return self._optimizers[key]
 
     def _update_step(self, batch):
         """One gradient update on a batch (dict of `update`'s keys, with normalized
@@ -236,8 +250,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     @property
     def _trackables(self):
-        """The subclass's networks, targets and optimizers (the Keras optimizers of its
-        `adam` modules), for the checkpoint."""
+        """The subclass's networks and targets (and other variables it learns), for the
+        checkpoint; its optimizers are `_adam`'s."""
         raise NotImplementedError
 
     # The entries of `_trackables` that acting and `td_error` read: what an Ape-X actor
@@ -253,7 +267,8 @@ class OffPolicyAlgorithm(Algorithm):
         (`progress_state`), which can be large: with `save_replay: true` the train command
         keeps it once per run directory, beside the latest checkpoint
         (`batchrl.drivers.Loop`'s `replay`), not in every checkpoint."""
-        return dict(self._trackables, observ_filter=self._observ_filter,
+        optimizers = {key: module.optimizer for key, module in self._optimizers.items()}
+        return dict(self._trackables, **optimizers, observ_filter=self._observ_filter,
                     random=self._random, update_debt=self._debt, updates=self._updates)
 
     @property

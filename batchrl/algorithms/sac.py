@@ -121,20 +121,20 @@ class SAC(off_policy.OffPolicyAlgorithm):
         with tf.name_scope(self.name):
             self._log_alpha = tf.Variable(
                 math.log(config.init_temperature), trainable=False, name="log_temperature")
-        self._actor_optimizer = off_policy.adam(
-            config.policy_lr, actor.trainable_variables, config.max_gradient_norm)
-        self._critic_optimizer = off_policy.adam(
-            config.value_lr, self._critic.trainable_variables, config.max_gradient_norm)
-        self._alpha_optimizer = off_policy.adam(config.policy_lr, [self._log_alpha])
+        self._actor_optimizer = self._adam(
+            "policy_optimizer", config.policy_lr, actor.trainable_variables,
+            config.max_gradient_norm)
+        self._critic_optimizer = self._adam(
+            "critic_optimizer", config.value_lr, self._critic.trainable_variables,
+            config.max_gradient_norm)
+        self._alpha_optimizer = self._adam("temperature_optimizer", config.policy_lr,
+                                           [self._log_alpha])
         return Networks(policy=actor, critic=self._critic)
 
     @property
     def _trackables(self):
         return {"policy": self._actor, "critic": self._critic,
-                "target_critic": self._target_critic, "log_temperature": self._log_alpha,
-                "policy_optimizer": self._actor_optimizer.optimizer,
-                "critic_optimizer": self._critic_optimizer.optimizer,
-                "temperature_optimizer": self._alpha_optimizer.optimizer}
+                "target_critic": self._target_critic, "log_temperature": self._log_alpha}
 
     # Acting reads the actor; the TD error also the critics, their targets and alpha.
     priority_trackables = ("policy", "critic", "target_critic", "log_temperature")

@@ -102,18 +102,18 @@ class TD3(off_policy.OffPolicyAlgorithm):
         self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
         with tf.name_scope(self.name):
             self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
-        self._actor_optimizer = off_policy.adam(
-            config.policy_lr, self._actor.trainable_variables, config.max_gradient_norm)
-        self._critic_optimizer = off_policy.adam(
-            config.value_lr, self._critic.trainable_variables, config.max_gradient_norm)
+        self._actor_optimizer = self._adam(
+            "policy_optimizer", config.policy_lr, self._actor.trainable_variables,
+            config.max_gradient_norm)
+        self._critic_optimizer = self._adam(
+            "critic_optimizer", config.value_lr, self._critic.trainable_variables,
+            config.max_gradient_norm)
         return Networks(policy=self._actor, critic=self._critic)
 
     @property
     def _trackables(self):
         return {"policy": self._actor, "critic": self._critic,
-                "target_policy": self._target_actor, "target_critic": self._target_critic,
-                "policy_optimizer": self._actor_optimizer.optimizer,
-                "critic_optimizer": self._critic_optimizer.optimizer}
+                "target_policy": self._target_actor, "target_critic": self._target_critic}
 
     # Acting reads the actor; the TD error also the critics and both targets.
     priority_trackables = ("policy", "critic", "target_policy", "target_critic")

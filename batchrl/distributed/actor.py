@@ -250,7 +250,8 @@ class TransitionActor(FragmentActor):
     the n-step transitions its steps completed with their TD errors
     (`transitions.TransitionRecorder`) instead of a fragment; the weights it takes are
     the learner's `OffPolicyAlgorithm.apex_variables` (the policy, the networks of the TD
-    error, the observation filter and the global step). Arguments as `FragmentActor`'s.
+    error, the observation filter and the global step). Its copy builds no optimizer
+    (`learns` False). Arguments as `FragmentActor`'s.
     """
 
     def _make_recorder(self, raw_env):
@@ -258,7 +259,7 @@ class TransitionActor(FragmentActor):
         from batchrl.distributed.transitions import TransitionRecorder
         from batchrl.tools.weights import VariableCopier
 
-        agent = build.build(self._config, raw_env, process_eager=False)
+        agent = build.build(self._config, raw_env, process_eager=False, learns=False)
         self._recorder = TransitionRecorder(agent.batch_env, agent.algo,
                                             self._config.rollout_length)
         self._actor = agent.algo.actor

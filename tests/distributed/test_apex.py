@@ -420,3 +420,32 @@ def test_sac_and_td3_learners_learn_from_their_actors_transitions(algorithm, tmp
 
     before, after = error(critic), error(ref.twin_q_weights(state["critic"]))
     assert after < 0.5 * before
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "sac", "td3"])
+def test_an_ape_x_actor_builds_no_optimizer(algorithm, monkeypatch):
+    """Its copy of the algorithm (`learns` False) acts and gives TD errors, but no Keras
+    optimizer is made while the actor builds, and its checkpoint state holds none; the
+    learner's holds the algorithm's."""
+    made = []
+    init = keras.optimizers.Optimizer.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.optimizers.Optimizer, "__init__", counting_init)
+    config = (_apex_config() if algorithm == "dqn" else configs.load(
+        "pendulum_sac", {"algorithm": algorithm, "actors": 1, "envs_per_actor": 2,
+                         "rollout_length": 4, "policy_layers": [8], "value_layers": [8]}))
+    actor = actor_lib.TransitionActor(config, 0)
+    actor.build()
+    assert made == []
+    state = actor._recorder._algo.checkpoint_state
+    assert not [key for key, value in state.items()
+                if isinstance(value, keras.optimizers.Optimizer)]
+    assert actor.collect()["fragment"]["td_error"].size > 0
+    learner = build.build(config, environments.create_batch(config)).algo
+    assert made and all(name == "Adam" for name in made)
+    assert [key for key, value in learner.checkpoint_state.items()
+            if isinstance(value, keras.optimizers.Optimizer)]
