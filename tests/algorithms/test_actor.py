@@ -20,7 +20,23 @@ SETTINGS = {
     "dqn": ({"algorithm": "dqn", "value_layers": [8], "policy_layers": [8], "batch_size": 4,
              "learning_starts": 4, "replay_capacity": 64, "max_length": 10,
              "normalize_observ": True}, spaces.Discrete(3)),
+    "td3": ({"algorithm": "td3", "policy_layers": [8], "value_layers": [8], "batch_size": 4,
+             "learning_starts": 4, "replay_capacity": 64, "max_length": 10,
+             "normalize_observ": True}, spaces.Box(-1.0, 1.0, (2,), np.float32)),
+    **{name: ({"algorithm": name, "policy_layers": [8], "value_layers": [8],
+               "update_every": 2, "max_length": 10, "network": "feed_forward_categorical"},
+              spaces.Discrete(3))
+       for name in ("trpo", "a2c")},
+    **{name: ({"algorithm": name, "policy_layers": [8], "value_layers": [8],
+               "rollout_length": 4, "max_length": 10}, spaces.Box(-1.0, 1.0, (2,), np.float32))
+       for name in ("impala", "appo")},
 }
+
+
+def test_every_algorithm_of_the_registry_is_tried():
+    from batchrl.algorithms import registry
+
+    assert sorted(SETTINGS) == sorted(registry.NAMES)
 
 
 @pytest.mark.parametrize("algorithm", sorted(SETTINGS))

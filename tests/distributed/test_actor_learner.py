@@ -4,6 +4,7 @@ loop fragments of actors that act with the weights it chooses, so that lags are 
 
 import threading
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -260,3 +261,22 @@ def test_c_bar_above_rho_bar_is_refused_before_anything_is_built(config):
                                                   r"'rho_bar' \(0.5\): [^\n]*$"):
         build.check(configs.load(config, {"rho_bar": 0.5, "c_bar": 1.0}))
     build.check(configs.load(config, {"rho_bar": 0.5, "c_bar": 0.5}))
+
+
+def test_a_fragment_actor_builds_no_optimizer(monkeypatch):
+    """An on-policy actor builds the acting half alone (`OnPolicyActor`): no Keras
+    optimizer is made while it builds and records."""
+    made = []
+    init = keras.optimizers.Optimizer.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.optimizers.Optimizer, "__init__", counting_init)
+    actor = actor_lib.FragmentActor(_config(), 0)
+    actor.build()
+    assert actor.collect()["fragment"]["reward"].shape == (ENVS, LENGTH)
+    assert made == []
+    _learner(_config())
+    assert made  # The learner's, counted.
