@@ -11,6 +11,7 @@ __all__ = ["Agent"]
 
 # Moved modules: their old paths stay importable for a release.
 _lazy.moved_modules({
+    "batchrl.envs": "batchrl.native_tasks",
     "batchrl.network_spec": "batchrl.networks.spec",
     "batchrl.policies": "batchrl.networks.policies",
     "batchrl.torso": "batchrl.networks.torso",

@@ -107,8 +107,8 @@ def check(config):
     environments.check_env_id(config.env)
     if config.jit_step and environments.native_class(config.env) is None:
         raise configs.ConfigError(
-            f"config key 'jit_step' needs an in-graph environment of batchrl.envs (e.g. "
-            f"batchrl.envs:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
+            f"config key 'jit_step' needs an in-graph environment of batchrl.native_tasks (e.g. "
+            f"batchrl.native_tasks:Pendulum); env {config.env!r} is stepped outside TensorFlow, "
             f"which XLA cannot compile")
     declared = is_declared(config.network)
     if not declared and config.network not in NETWORKS:
@@ -140,7 +140,7 @@ def check(config):
 
 def in_graph_env(config, batch_env):
     """`batch_env` as the algorithm sees it: wrapped in an `InGraphBatchEnv` (unless it is
-    an in-graph environment of `batchrl.envs`), and that in a `FrameStack` for a
+    an in-graph environment of `batchrl.native_tasks`), and that in a `FrameStack` for a
     `frame_stack` preprocessing step of `config`."""
     in_graph = batch_env if getattr(batch_env, "in_graph", False) is True else (
         InGraphBatchEnv(batch_env))
@@ -167,7 +167,7 @@ def build(config, batch_env, process_eager=True, learns=True):
     """The agent of `config` acting in `batch_env`.
 
     Wraps `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
-    `batchrl.envs`), and that in a `FrameStack` for a `frame_stack` preprocessing step, and
+    `batchrl.native_tasks`), and that in a `FrameStack` for a `frame_stack` preprocessing step, and
     builds the config's algorithm with a global step (int64, training environment steps)
     and the `is_training` / `should_log` variables. `normalize` preprocessing steps turn on
     the algorithm's observation normalizer for the observation or the entries that list

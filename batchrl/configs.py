@@ -58,9 +58,11 @@ _CHOICES = {"kl_reference": ("behaviour", "update_start"),
             "env_backend": ("local", "processes", "envpool", "ray")}
 # The old spelling of an EnvPool task, `env: envpool:TASK`: env_backend envpool with env TASK.
 ENVPOOL_PREFIX = "envpool:"
-# Modules of environments that moved to batchrl.environments (read in old runs' configs).
+# Modules of environments that moved (read in old runs' configs): to batchrl.environments,
+# and the native tasks' old name.
 _MOVED_MODULES = {"batchrl.tools.nested_tasks": "batchrl.environments.nested_tasks",
-                  "batchrl.tools.mock_environment": "batchrl.environments.mock"}
+                  "batchrl.tools.mock_environment": "batchrl.environments.mock",
+                  "batchrl.envs": "batchrl.native_tasks"}
 # Keys whose default became null (the algorithm's own), and the value every run of an older
 # release saved: what null means for the algorithms but dqn (`_translate_old_run`).
 _NULL_SINCE = {"target_update_rate": 0.005, "target_update_every": 1}

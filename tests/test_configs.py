@@ -183,11 +183,18 @@ def test_run_config_of_an_older_run_with_env_processes_loads(tmp_path, old_keys,
     assert loaded == config
 
 
-def test_run_config_of_an_older_run_finds_the_test_tasks_where_they_moved(tmp_path):
-    config = configs.load("pendulum_dict")
-    assert config.env.startswith("batchrl.environments.nested_tasks:")
+@pytest.mark.parametrize("name, module, old_module", [
+    ("pendulum_dict", "batchrl.environments.nested_tasks", "batchrl.tools.nested_tasks"),
+    ("pendulum_native", "batchrl.native_tasks", "batchrl.envs"),
+])
+def test_run_config_of_an_older_run_finds_the_tasks_where_they_moved(tmp_path, name, module,
+                                                                      old_module):
+    """An older run's `config.yaml` names its env's module by the old path; read, it is the
+    shipped config's (so the run resumes with it, and renders)."""
+    config = configs.load(name)
+    assert config.env.startswith(module + ":")
     path = tmp_path / "config.yaml"
-    old = config.env.replace("batchrl.environments.", "batchrl.tools.")
+    old = config.env.replace(module + ":", old_module + ":")
     path.write_text(configs.dump({**config, "env": old}))
     assert configs.read_run_config(path) == config
 

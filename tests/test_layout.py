@@ -25,7 +25,8 @@ FLOORS = {"tools": 1, "spaces": 1,
 GROUND = {"_lazy", "errors"}
 # Modules of the package itself that form one part, and second names of a part.
 PARTS = {"configs": "front", "build": "front", "export": "front", "__init__": "front",
-         "envs": "environments"}  # `batchrl.envs`: the short name of environments.native.
+         # `batchrl.native_tasks`: the public name of environments.native.
+         "native_tasks": "environments"}
 # The parts on or above its floor that a module may name in a string, not import: DESIGN.md's
 # first names of the drivers and environments (`tools.simulate`, `tools.BatchEnv`, ...) and
 # the old paths of modules that left tools/, exported lazily by name; `batchrl.Agent`.

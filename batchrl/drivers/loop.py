@@ -89,7 +89,7 @@ class Loop:
       replay: optional trackable (the algorithm's replay memory) saved once per run
         directory with the latest checkpoint, as above.
       jit_compile: compile the step function with XLA (`step_function`): the environment
-        must be in-graph (`batchrl.envs`), nothing inside the call writes summaries (the
+        must be in-graph (`batchrl.native_tasks`), nothing inside the call writes summaries (the
         algorithm's update summaries are left out) and the Loop writes the train phase's
         `mean_score` / `mean_length` itself, at the step where the call that crosses a
         `log_every` boundary began.
@@ -361,7 +361,7 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
     """The `tf.function` that runs `steps_per_call` batch steps of `simulate`.
 
     Args:
-      batch_env: an `InGraphBatchEnv` (or an in-graph environment of `batchrl.envs`).
+      batch_env: an `InGraphBatchEnv` (or an in-graph environment of `batchrl.native_tasks`).
       algo: the algorithm acting on `batch_env`.
       steps_per_call: int >= 1, batch steps of a full call (`simulate_steps`).
       writer: optional summary writer, the default writer inside the function (summaries
@@ -370,7 +370,7 @@ def step_function(batch_env, algo, steps_per_call=1, writer=None, step=None,
       count_steps: with a `step`, add the environment steps taken (`count * len(batch_env)`)
         to it in every call.
       jit_compile: compile the function with XLA (`tf.function(jit_compile=True)`). Every
-        op must then have an XLA kernel: no `tf.numpy_function` (use `batchrl.envs`) and no
+        op must then have an XLA kernel: no `tf.numpy_function` (use `batchrl.native_tasks`) and no
         summaries (`writer` must be None; `log` is ignored).
 
     Returns:

@@ -1,7 +1,7 @@
 """Everything that makes or steps environments (no TensorFlow until an in-graph part is
 used): the batch-environment contract (`base.BaseBatchEnv`) and one module per backend
 (`local`, `processes`, `envpool`, `ray/`), the in-graph batch (`in_graph`), the in-graph
-native environments (`native`, also named `batchrl.envs`), the application's batch of
+native environments (`native`, also named `batchrl.native_tasks`), the application's batch of
 `batchrl.Agent` (`application`), the test tasks (`mock`, `nested_tasks`), the
 environments of a config (`make`: `create_batch`, `episode_limit`, ...), and cheaper
 `tf.numpy_function` calls for the in-graph batch (`numpy_function`).

@@ -93,7 +93,7 @@ class FrameStack(WrappingView):
 
     Args:
       batch_env: an in-graph batch (`InGraphBatchEnv`, or an environment of
-        `batchrl.envs`).
+        `batchrl.native_tasks`).
       frames: int >= 2, the observations a stack holds; or, for a `Dict` / `Tuple`
         observation, a dict of its entries (keys; a `Tuple`'s positions as text) to such
         ints, the `Box` entries to stack.

@@ -6,7 +6,7 @@ or `module:attribute` naming a class or function that returns a `gymnasium.Env`,
 (`batchrl.environments.minatar:MinAtar/Breakout-v1`; Gymnasium's own convention, for ids
 that are not Python names); each is called with the keyword arguments `env_kwargs`. A
 `module:attribute` may also name an in-graph batch environment class
-(`batchrl.envs:Pendulum`, marked by a true class attribute `in_graph`): the whole batch
+(`batchrl.native_tasks:Pendulum`, marked by a true class attribute `in_graph`): the whole batch
 is then one object built in this process, in TensorFlow, and `gymnasium_id` names its
 Gymnasium equivalent (its time limit, its rendering).
 The config key `env_backend` says where the environments step: `local` (a `BatchEnv` in
@@ -151,10 +151,10 @@ def check_backend(config):
 
 
 def native_class(env):
-    """The in-graph batch environment class that `env` names (e.g. `batchrl.envs:Pendulum`),
+    """The in-graph batch environment class that `env` names (e.g. `batchrl.native_tasks:Pendulum`),
     or None for a Gymnasium id or a `module:attribute` building a `gymnasium.Env`.
 
-    Imports the module of a `module:attribute` (TensorFlow for `batchrl.envs`).
+    Imports the module of a `module:attribute` (TensorFlow for `batchrl.native_tasks`).
     """
     if ":" not in env or envpool_task(env) is not None or registered_id(env) is not None:
         return None

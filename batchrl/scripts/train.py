@@ -144,7 +144,7 @@ def inter_op_threads(config):
     With the environments in this process, one thread runs a step's ops one after another,
     none handed between threads, which made batch steps faster and BatchPPO's updates no
     slower; with worker processes (`env_backend: processes`) and with the in-graph
-    environments of `batchrl.envs` the default was faster (docs/throughput.md, "Why the
+    environments of `batchrl.native_tasks` the default was faster (docs/throughput.md, "Why the
     code is as it is"). A learner steps environments only to evaluate, and with the
     default pool `minatar_breakout_apex`'s learner made 353 updates/s against 255 with one
     thread, `cartpole_impala`'s learned from 33,300 steps/s against 30,900 (2026-11-29).

@@ -289,7 +289,7 @@ def measure_single_env(env_id, seconds, warmup):
     ends (terminated or truncated by the time limit).
 
     Args:
-      env_id: a Gymnasium id; for an in-graph environment (`batchrl.envs:Pendulum`) its
+      env_id: a Gymnasium id; for an in-graph environment (`batchrl.native_tasks:Pendulum`) its
         Gymnasium equivalent is stepped (the reference that the in-graph one replaces).
       seconds: the timed budget, in wall-clock seconds.
       warmup: the untimed warm-up, in wall-clock seconds.

@@ -44,7 +44,7 @@ run and one process, environment steps per second (every environment's step coun
   budget is over, runs on until the end of the next update (at least `--min-updates`), so
   that it spans whole collect-and-update cycles.
 
-An in-graph environment (`batchrl.envs:Pendulum`, batch sizes `--native-sizes`) gets
+An in-graph environment (`batchrl.native_tasks:Pendulum`, batch sizes `--native-sizes`) gets
 `single_env` of its Gymnasium equivalent and `simulate_mock_loop` (compiled with XLA),
 `ppo_inference` and `ppo_training`, all K steps per call. An EnvPool task
 (`envpool:HalfCheetah-v5`, batch sizes `--sizes`) gets `single_env` of the Gymnasium
@@ -123,7 +123,7 @@ def run_benchmark(envs, sizes, seconds, warmup, min_updates=1, max_train_seconds
     hold every repeat's steps/s). The single environment is repeated likewise, first.
 
     Args:
-      envs: Gymnasium ids, in-graph environments (`batchrl.envs:Pendulum`) and EnvPool
+      envs: Gymnasium ids, in-graph environments (`batchrl.native_tasks:Pendulum`) and EnvPool
         tasks (`envpool:HalfCheetah-v5`).
       sizes: batch sizes of Gymnasium environments.
       seconds, warmup: the timed budget and the warm-up of each measurement, in seconds.

@@ -37,15 +37,15 @@ BASELINES = {
 
 # The config that BatchPPO is built from, per environment id (see `config_name`).
 CONFIG_NAMES = {"Pendulum-v1": "pendulum", "HalfCheetah-v5": "cheetah",
-                "batchrl.envs:Pendulum": "pendulum_native",
+                "batchrl.native_tasks:Pendulum": "pendulum_native",
                 "envpool:HalfCheetah-v5": "cheetah"}
 
-DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum",
+DEFAULTS = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.native_tasks:Pendulum",
                       "envpool:HalfCheetah-v5"],
                 sizes=[8, 32, 128], native_sizes=[32, 4096], steps_per_call=100, seconds=2.0,
                 warmup=1.0, min_updates=1, repeats=5, inter_op_threads=None,
                 learning_seeds=[0, 1, 2], learning_steps=400_000, pair_seconds=20.0)
-QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.envs:Pendulum",
+QUICK = dict(envs=["Pendulum-v1", "HalfCheetah-v5", "batchrl.native_tasks:Pendulum",
                    "envpool:Pendulum-v1"], sizes=[2, 4],
              native_sizes=[4], steps_per_call=3, seconds=0.3, warmup=0.1, min_updates=0,
              repeats=1, inter_op_threads=None, learning_seeds=[], learning_steps=400_000,
@@ -93,7 +93,7 @@ GOALS = [
          env="envpool:HalfCheetah-v5", num_envs=32, measure="paired",
          kind="simulate_mock_loop", baseline="single_env", target=1.2),
     dict(what="`simulate` + MockAlgorithm, in-graph Pendulum, 4,096 envs (XLA): steps/s",
-         env="batchrl.envs:Pendulum", num_envs=4096, measure="steps_per_second",
+         env="batchrl.native_tasks:Pendulum", num_envs=4096, measure="steps_per_second",
          kind="simulate_mock_loop", target=1_000_000),
     dict(what=f"BatchPPO on the in-graph Pendulum (`{LEARNING_CONFIG}`): wall-clock seconds "
               f"from the training command's start to the first eval return >= "

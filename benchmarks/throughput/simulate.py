@@ -60,11 +60,11 @@ def measure_simulate_mock(env_id, num_envs, processes, steps_per_call, seconds, 
     loop's step function (`batchrl.drivers.loop.step_function`).
 
     The batch is built as training builds it (`environments.create_batch`). An in-graph
-    environment (`batchrl.envs`) runs with `jit_compile=True`: the whole call is one XLA
+    environment (`batchrl.native_tasks`) runs with `jit_compile=True`: the whole call is one XLA
     computation.
 
     Args:
-      env_id: a Gymnasium id, or an in-graph environment (`batchrl.envs:Pendulum`).
+      env_id: a Gymnasium id, or an in-graph environment (`batchrl.native_tasks:Pendulum`).
       num_envs: the batch size.
       processes: False for in-process environments, True for worker processes.
       steps_per_call: batch steps per `tf.function` call.

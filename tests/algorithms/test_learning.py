@@ -26,7 +26,7 @@ from batchrl.scripts import train
 from batchrl.scripts.events import read_scalars
 from batchrl.scripts.visualize import find_run, restore
 
-NATIVE_PENDULUM = ["env=batchrl.envs:Pendulum", "jit_step=true", "steps_per_call=200"]
+NATIVE_PENDULUM = ["env=batchrl.native_tasks:Pendulum", "jit_step=true", "steps_per_call=200"]
 
 
 def _final_eval(tmp_path, config, sets):

@@ -18,7 +18,7 @@ from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
-from batchrl.envs import Pendulum
+from batchrl.native_tasks import Pendulum
 from batchrl.networks import q_networks
 from batchrl.scripts.events import read_scalars
 from tests.optimizers import numpy_steps

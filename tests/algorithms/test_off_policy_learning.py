@@ -1,7 +1,7 @@
 """Each off-policy family learns a small task, and a broken update does not.
 
 A short `train` run (seed 0, in this process) of DQN on CartPole and of SAC on
-Pendulum, the tasks stepped in the graph (`batchrl.envs`; for SAC the whole call
+Pendulum, the tasks stepped in the graph (`batchrl.native_tasks`; for SAC the whole call
 compiled with XLA, `jit_step`), must reach a threshold that a random policy is far from
 (Gymnasium's environments, 1,000 / 100 episodes of uniform random actions, seed 0: CartPole
 22.2, the best episode 76; Pendulum -1,208, the best -744) and that the broken updates
@@ -27,8 +27,8 @@ from batchrl.scripts.events import read_scalars
 
 # No `jit_step` for DQN: its 3-step windows gather from a variable (ResourceGatherNd),
 # which XLA does not compile.
-NATIVE_CARTPOLE = ["env=batchrl.envs:CartPole", "steps_per_call=100"]
-NATIVE_PENDULUM = ["env=batchrl.envs:Pendulum", "jit_step=true", "steps_per_call=200"]
+NATIVE_CARTPOLE = ["env=batchrl.native_tasks:CartPole", "steps_per_call=100"]
+NATIVE_PENDULUM = ["env=batchrl.native_tasks:Pendulum", "jit_step=true", "steps_per_call=200"]
 
 
 def _evals(tmp_path, config, sets):

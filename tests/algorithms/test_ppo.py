@@ -12,7 +12,7 @@ from batchrl.drivers.simulate import episode_state, simulate
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
-from batchrl.envs import Pendulum
+from batchrl.native_tasks import Pendulum
 from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
 from tests.algorithms.ppo_memory import load_memory
 from tests.optimizers import numpy_steps

@@ -21,7 +21,7 @@ from benchmarks.throughput import command as benchmark
 from benchmarks.throughput import report as report_lib
 
 ENV = "Pendulum-v1"
-NATIVE = "batchrl.envs:Pendulum"
+NATIVE = "batchrl.native_tasks:Pendulum"
 SIZE = 2
 ENVPOOL = "envpool:Pendulum-v1"
 NATIVE_KINDS = {"single_env", "single_env_per_core", "simulate_mock_loop", "ppo_inference",

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from batchrl.drivers.loop import Loop
-from batchrl.envs import Pendulum
+from batchrl.native_tasks import Pendulum
 from batchrl.scripts.events import read_scalars
 from tests.drivers.ppo_loops import mock_batch, ppo_loop
 

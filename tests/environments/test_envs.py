@@ -1,4 +1,7 @@
+import importlib
 import math
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -7,7 +10,7 @@ import tensorflow as tf
 from batchrl import build as build_lib
 from batchrl import configs, environments
 from batchrl.drivers.simulate import simulate
-from batchrl.envs import CartPole, Pendulum
+from batchrl.native_tasks import CartPole, Pendulum
 from batchrl.tools.mock_algorithm import MockAlgorithm
 
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
@@ -253,10 +256,10 @@ def test_batchrl_simulate_runs_native_envs(env_class, jit_compile):
 
 
 def test_configs_select_native_environments():
-    assert environments.native_class("batchrl.envs:Pendulum") is Pendulum
+    assert environments.native_class("batchrl.native_tasks:Pendulum") is Pendulum
     assert environments.native_class("Pendulum-v1") is None
     assert environments.native_class("batchrl.environments.mock:MockEnvironment") is None
-    assert environments.gymnasium_id("batchrl.envs:CartPole") == "CartPole-v1"
+    assert environments.gymnasium_id("batchrl.native_tasks:CartPole") == "CartPole-v1"
     config = configs.load("pendulum_native", {"num_agents": 3, "seed": 7})
     assert environments.episode_limit(config) == 200  # Pendulum-v1's registered limit.
     batch_env = environments.create_batch(config)
@@ -265,3 +268,36 @@ def test_configs_select_native_environments():
     build_lib.check(config)
     agent = build_lib.build(config, batch_env)
     assert agent.batch_env is batch_env  # Not wrapped in an InGraphBatchEnv.
+
+
+@pytest.mark.parametrize("name", ["CartPole", "MinAtarBreakout", "Pendulum"])
+def test_the_old_name_batchrl_envs_names_the_same_native_tasks(name):
+    """`batchrl.envs` (the native tasks' name before `batchrl.native_tasks`) is the new
+    module itself, with a DeprecationWarning naming the new path, and an env id in either
+    spelling is the class defined in `batchrl.environments.native`."""
+    defined = getattr(importlib.import_module("batchrl.environments.native"), name)
+    sys.modules.pop("batchrl.envs", None)  # Imported anew, so that it warns here.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("batchrl.envs")
+    assert [str(warning.message) for warning in caught
+            if warning.category is DeprecationWarning] == [
+        "batchrl.envs moved to batchrl.native_tasks; the old path goes in the next release"]
+    assert old is importlib.import_module("batchrl.native_tasks")
+    for env in (f"batchrl.envs:{name}", f"batchrl.native_tasks:{name}"):
+        environments.check_env_id(env)
+        assert environments.native_class(env) is defined, env
+
+
+def test_a_config_naming_the_old_module_builds_the_same_environment():
+    old = configs.load("pendulum_native", {"env": "batchrl.envs:Pendulum", "num_agents": 2})
+    new = configs.load("pendulum_native", {"num_agents": 2})
+    assert new.env == "batchrl.native_tasks:Pendulum"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        batch_envs = [environments.create_batch(config) for config in (old, new)]
+    defined = importlib.import_module("batchrl.environments.native.pendulum").Pendulum
+    assert [type(batch_env) for batch_env in batch_envs] == [defined, defined]
+    assert [len(batch_env) for batch_env in batch_envs] == [2, 2]
+    assert environments.gymnasium_id(old.env) == environments.gymnasium_id(new.env) \
+        == "Pendulum-v1"

@@ -1,4 +1,4 @@
-"""The in-graph MinAtar Breakout (batchrl.envs:MinAtarBreakout) against the `minatar`
+"""The in-graph MinAtar Breakout (batchrl.native_tasks:MinAtarBreakout) against the `minatar`
 package's game, step by step."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from minatar import Environment
 
-from batchrl.envs import MinAtarBreakout
+from batchrl.native_tasks import MinAtarBreakout
 
 MINIMAL = (0, 1, 3)  # MinAtar's no-op, left and right among its six actions.
 

@@ -190,11 +190,11 @@ def test_sac_trains_on_ray_actors(ray_cluster, tmp_path, capsys):
 
 def test_backend_keys_that_contradict_are_one_line_errors():
     for overrides, message in [
-            ({"env_backend": "ray", "env": "batchrl.envs:Pendulum"},
-             "env 'batchrl.envs:Pendulum' is an in-graph environment, stepped in the graph: "
-             "choose env_backend local or processes"),
-            ({"env_backend": "envpool", "env": "batchrl.envs:Pendulum"},
-             "env 'batchrl.envs:Pendulum' is not an EnvPool task id"),
+            ({"env_backend": "ray", "env": "batchrl.native_tasks:Pendulum"},
+             "env 'batchrl.native_tasks:Pendulum' is an in-graph environment, stepped in the "
+             "graph: choose env_backend local or processes"),
+            ({"env_backend": "envpool", "env": "batchrl.native_tasks:Pendulum"},
+             "env 'batchrl.native_tasks:Pendulum' is not an EnvPool task id"),
             ({"worker_restarts": 1},
              "'worker_restarts' (1) applies only to env_backend: ray or actors, and "
              "env_backend is local"),

@@ -10,8 +10,8 @@ import batchrl
 from batchrl import configs
 from batchrl.algorithms.sac import SAC
 from batchrl.drivers.loop import step_function
-from batchrl.envs import Pendulum
 from batchrl.memories.replay import FIELDS
+from batchrl.native_tasks import Pendulum
 from tests.memories.test_replay import NumpyReplay
 
 N_STEP, DISCOUNT = 3, 0.9

@@ -164,7 +164,7 @@ def test_environment_given_as_module_and_class(tmp_path, capsys, monkeypatch):
      "config keys 'env' (envpool:Pendulum-v1) and 'env_backend' (ray) contradict each other "
      "in --set: write env: Pendulum-v1 and choose the backend with env_backend alone"),
     (["--config=pendulum_native", "--set", "env_backend=ray"],
-     "env 'batchrl.envs:Pendulum' is an in-graph environment, stepped in the graph: choose "
+     "env 'batchrl.native_tasks:Pendulum' is an in-graph environment, stepped in the graph: choose "
      "env_backend local or processes"),
     (["--set", "worker_restarts=1"],
      "'worker_restarts' (1) applies only to env_backend: ray or actors, and env_backend is "
@@ -366,7 +366,7 @@ def test_environment_constructor_error_is_one_error_line_naming_the_environment(
     ({"env_backend": "local"}, 1),
     ({"env_backend": "processes"}, 0),
     ({"env_backend": "ray"}, 0),
-    ({"env": "batchrl.envs:Pendulum", "env_backend": "local"}, 0),
+    ({"env": "batchrl.native_tasks:Pendulum", "env_backend": "local"}, 0),
     ({"env_backend": "processes", "inter_op_threads": 2}, 2),
     ({"env_backend": "envpool"}, 1),
     ({"env": "envpool:Pendulum-v1"}, 1),

@@ -88,8 +88,8 @@ def _states(storage, name="pendulum"):
     ("cat:4,8,16", "cat", None, None, None, (4, 8, 16)),
     ("cat:null,50", "cat", None, None, None, (None, 50)),
     ("cat:[64,64],[200,100]", "cat", None, None, None, ([64, 64], [200, 100])),
-    ("cat:batchrl.envs:Pendulum, 'a,b', true", "cat", None, None, None,
-     ("batchrl.envs:Pendulum", "a,b", True)),
+    ("cat:batchrl.native_tasks:Pendulum, 'a,b', true", "cat", None, None, None,
+     ("batchrl.native_tasks:Pendulum", "a,b", True)),
 ])
 def test_every_space_kind_parses(spec, kind, low, high, step, choices):
     param = search_space.parse_spec("key", spec)

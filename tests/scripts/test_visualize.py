@@ -166,13 +166,16 @@ def test_envpool_task_without_a_gymnasium_twin_is_a_one_line_error(run_dir, tmp_
 
 
 @pytest.mark.parametrize("env, edits", [
-    ("batchrl.envs:Pendulum", {"jit_step: false": "jit_step: true"}),  # pendulum_native's.
+    ("batchrl.native_tasks:Pendulum", {"jit_step: false": "jit_step: true"}),  # pendulum_native's.
+    # A run of pendulum_native saved before its module's old name, batchrl.envs, changed.
+    ("batchrl.envs:Pendulum", {"jit_step: false": "jit_step: true"}),
     ("envpool:Pendulum-v1", {}),
 ])
 def test_in_graph_and_envpool_environments_are_rendered_through_gymnasium(
         run_dir, tmp_path, capsys, env, edits):
     """The run's checkpoint under a config of the in-graph or EnvPool twin of Pendulum-v1
-    (the same spaces: the same networks), as a run of that config writes it."""
+    (the same spaces: the same networks), as a run of that config writes it; the in-graph one
+    also under its module's old name, as an older run wrote it."""
     logdir = tmp_path / "run"
 
     def edit(text):
