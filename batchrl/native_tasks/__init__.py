@@ -3,7 +3,7 @@ a collection step compiles with XLA (`tf.function(jit_compile=True)`); a config 
 `env: batchrl.native_tasks:Pendulum` (also `CartPole`, `MinAtarBreakout`).
 
 The classes live in `batchrl.environments.native` (`NativeBatchEnv`: what they share); this
-is their public name. Their old name, `batchrl.native_tasks`, imports this module itself with a
+is their public name. Their old name, `batchrl.envs`, imports this module itself with a
 DeprecationWarning for a release (`batchrl._lazy.moved_modules`). Names are imported lazily
 (`batchrl._lazy.exports`): importing this package imports TensorFlow only when a class is
 used.
