@@ -11,6 +11,7 @@ import functools
 import io
 import os
 import pathlib
+import warnings
 
 import ruamel.yaml
 
@@ -319,7 +320,20 @@ def load(name_or_path="default", overrides=None):
         overrides = parse_overrides(overrides)
     _merge(config, overrides, defaults, "--set")
     _check_network(config)
-    return _with_envpool_prefix(config)
+    return _with_envpool_prefix(_with_moved_module(config))
+
+
+def _with_moved_module(config):
+    """`config` with an `env` of a module that moved (`_MOVED_MODULES`, e.g.
+    `batchrl.envs:Pendulum`) written with its new module, and a DeprecationWarning: the one
+    spelling the code compares (a resumed run's saved config is translated alike)."""
+    env = config.get("env")
+    for old, new in _MOVED_MODULES.items():
+        if isinstance(env, str) and env.startswith(old + ":"):
+            config["env"] = new + env[len(old):]
+            warnings.warn(f"config key 'env': {env} is now {config['env']}", DeprecationWarning,
+                          stacklevel=3)
+    return config
 
 
 def _with_envpool_prefix(config):

@@ -197,6 +197,9 @@ def test_run_config_of_an_older_run_finds_the_tasks_where_they_moved(tmp_path, n
     old = config.env.replace(module + ":", old_module + ":")
     path.write_text(configs.dump({**config, "env": old}))
     assert configs.read_run_config(path) == config
+    # A user's config still naming the old module reads the same, with a warning.
+    with pytest.warns(DeprecationWarning, match=f"'env': {old} is now {config.env}"):
+        assert configs.load(name, {"env": old}) == config
 
 
 @pytest.mark.parametrize("name", configs.available())
