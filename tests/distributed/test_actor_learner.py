@@ -4,7 +4,6 @@ loop fragments of actors that act with the weights it chooses, so that lags are 
 
 import threading
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -263,17 +262,10 @@ def test_c_bar_above_rho_bar_is_refused_before_anything_is_built(config):
     build.check(configs.load(config, {"rho_bar": 0.5, "c_bar": 0.5}))
 
 
-def test_a_fragment_actor_builds_no_optimizer(monkeypatch):
+def test_a_fragment_actor_builds_no_optimizer(optimizers_made):
     """An on-policy actor builds the acting half alone (`OnPolicyActor`): no Keras
     optimizer is made while it builds and records."""
-    made = []
-    init = keras.optimizers.Optimizer.__init__
-
-    def counting_init(self, *args, **kwargs):
-        made.append(type(self).__name__)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.optimizers.Optimizer, "__init__", counting_init)
+    made = optimizers_made
     actor = actor_lib.FragmentActor(_config(), 0)
     actor.build()
     assert actor.collect()["fragment"]["reward"].shape == (ENVS, LENGTH)

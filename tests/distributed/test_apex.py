@@ -423,18 +423,11 @@ def test_sac_and_td3_learners_learn_from_their_actors_transitions(algorithm, tmp
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "sac", "td3"])
-def test_an_ape_x_actor_builds_no_optimizer(algorithm, monkeypatch):
+def test_an_ape_x_actor_builds_no_optimizer(algorithm, optimizers_made):
     """Its copy of the algorithm (`learns` False) acts and gives TD errors, but no Keras
     optimizer is made while the actor builds, and its checkpoint state holds none; the
     learner's holds the algorithm's."""
-    made = []
-    init = keras.optimizers.Optimizer.__init__
-
-    def counting_init(self, *args, **kwargs):
-        made.append(type(self).__name__)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.optimizers.Optimizer, "__init__", counting_init)
+    made = optimizers_made
     config = (_apex_config() if algorithm == "dqn" else configs.load(
         "pendulum_sac", {"algorithm": algorithm, "actors": 1, "envs_per_actor": 2,
                          "rollout_length": 4, "policy_layers": [8], "value_layers": [8]}))
