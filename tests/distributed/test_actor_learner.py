@@ -195,28 +195,24 @@ def test_a_fragment_dropped_for_lag_makes_the_learner_publish_so_it_never_stalls
     with the newest publication, so after each update its next fragment is one version
     old and dropped, whereupon the learner publishes its current version. By hand: four
     updates, three drops, publications of versions 0, 1, 2, 3 (on the drops) and 4 (the
-    broadcast). A learner that does not publish on a drop stalls at version 1."""
-    config = _config()
-    pool = StalePool(config, [0])
-    loop, _ = _loop(tmp_path, config, pool, 4, broadcast_every=4, max_policy_lag=0)
-    loop.run()
-    assert loop.version == 4 and loop.dropped == 3
-    assert [version for version, _ in pool.published] == [0, 1, 2, 3, 4]
+    broadcast). A learner that does not publish on a drop stalls at version 1.
 
-
-def test_a_train_phase_of_actors_in_which_no_episode_ended_says_so(tmp_path):
-    """Pendulum's episodes last 200 steps; a phase of two fragments of 10 steps per
-    environment ends none: the line names the actors' environments, not the learner's."""
+    On Pendulum (200-step episodes) the phase's fragments (10 steps per environment each)
+    end no episode: its line says so, naming the actors' environments and the drops, not
+    the learner's evaluation batch (3 environments)."""
     config = configs.load("pendulum_appo", {
         "policy_layers": [8], "value_layers": [8], "envs_per_actor": ENVS,
         "rollout_length": LENGTH, "num_agents": 3, "actors": 1})
     pool = StalePool(config, [0])
-    loop, built = _loop(tmp_path, config, pool, 2, broadcast_every=1, max_policy_lag=None)
+    loop, built = _loop(tmp_path, config, pool, 4, broadcast_every=4, max_policy_lag=0)
     (train,) = loop.run()
+    assert loop.version == 4 and loop.dropped == 3
+    assert [version for version, _ in pool.published] == [0, 1, 2, 3, 4]
     line = report_line([train], len(built.batch_env))
     assert ("train: no episode ended in this phase (the actors' fragments learned from held "
-            f"{2 * ENVS * LENGTH} steps of their {ENVS} environments, {2 * LENGTH} each, "
-            "and no episode's end; episodes run on across phases;") in line
+            f"{4 * ENVS * LENGTH} steps of their {ENVS} environments, {4 * LENGTH} each, "
+            "and no episode's end; episodes run on across phases; 3 fragments dropped for "
+            "lag;") in line
 
 
 def _scalars(logdir, tag):

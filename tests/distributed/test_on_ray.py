@@ -87,7 +87,7 @@ def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluste
 
 
 def test_a_call_acts_with_the_weights_newest_when_it_starts(ray_cluster):
-    """One actor, three calls in flight, each a fragment of about a second (0.2 s a step):
+    """One actor, three calls in flight, each a fragment of about half a second (0.1 s a step):
     all three are queued while version 0 is the newest; version 1 is published while the
     second records, so the third, which starts after it, acts with version 1 (weights sent
     with each call when it is queued would act with version 0)."""
@@ -95,7 +95,7 @@ def test_a_call_acts_with_the_weights_newest_when_it_starts(ray_cluster):
     local.build()
     weights = local._actor.get_weights()
     config = configs.Config(_config(), env="benchmarks.slow_envs:SlowPendulum",
-                            env_kwargs={"step_us": 200_000})
+                            env_kwargs={"step_us": 100_000})
     pool = ActorPool(config, 1, 1.0, 3, 60.0, 0)
     try:
         pool.publish(0, weights)
