@@ -9,7 +9,7 @@ Wang et al., "Dueling Network Architectures for Deep Reinforcement Learning", IC
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms import off_policy
+from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.algorithms.base import checked
 from batchrl.networks import q_networks
@@ -234,7 +234,7 @@ class DQN(off_policy.OffPolicyAlgorithm):
             error = tf.abs(td_error)
             huber = tf.where(error < 1.0, 0.5 * tf.square(td_error), error - 0.5)
             loss = tf.reduce_mean(batch["weight"] * huber)
-        norm = off_policy.apply_gradients(
+        norm = parts.apply_gradients(
             tape, loss, self._q.trainable_variables, self._optimizer)
         with tf.control_dependencies([norm]):
             targets = self._update_targets([(self._target_q, self._q)])

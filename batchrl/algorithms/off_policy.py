@@ -39,13 +39,6 @@ def adam(learning_rate, variables, max_gradient_norm=None):
     return optimizer
 
 
-def apply_gradients(tape, loss, variables, optimizer):
-    """One step of `optimizer` (a `batchrl.optimizers` module with `apply`, e.g. `adam`'s)
-    on the gradient of `loss` (recorded on `tape`) for `variables`; returns the gradient's
-    global norm before clipping (float32 scalar), ready once the step is taken."""
-    return optimizer.apply(tape.gradient(loss, variables), variables)["gradient_norm"]
-
-
 def flat_action(action):
     """Box actions `[n, *action_shape]` as the critics of SAC and TD3 take them: float32
     `[n, size]`."""

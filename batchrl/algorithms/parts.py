@@ -96,6 +96,14 @@ def value_loss(networks, distribution, batch):
                              batch["mask"])
 
 
+def apply_gradients(tape, loss, variables, optimizer):
+    """One step of `optimizer` (a `batchrl.optimizers` module with `apply`, e.g. a Keras
+    Adam's, which clips to its global norm first) on the gradient of `loss` (recorded on
+    `tape`) for `variables`; returns the gradient's global norm before clipping (float32
+    scalar), ready once the step is taken. PPO's, SAC's, TD3's and DQN's steps."""
+    return optimizer.apply(tape.gradient(loss, variables), variables)["gradient_norm"]
+
+
 def shared_torso(networks):
     """The hidden layers that the policy and the value network of `networks` share (a
     `batchrl.networks.torso.Torso` of declared layers with `share_layers`; it has `reused()`), or

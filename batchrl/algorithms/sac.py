@@ -9,7 +9,7 @@ import math
 
 import tensorflow as tf
 
-from batchrl.algorithms import off_policy
+from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
@@ -158,7 +158,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
             td_error = self._q_values(batch) - target
             critic_loss = 0.5 * tf.reduce_sum(
                 tf.reduce_mean(weight * tf.square(td_error), -1))
-        critic_norm = off_policy.apply_gradients(
+        critic_norm = parts.apply_gradients(
             tape, critic_loss, critic_variables, self._critic_optimizer)
         actor_variables = self._actor.trainable_variables
         with tf.GradientTape() as tape:
@@ -166,7 +166,7 @@ class SAC(off_policy.OffPolicyAlgorithm):
             new_q = tf.reduce_min(self._critic(batch["observ"], new_action), 0)
             actor_loss = tf.reduce_mean(alpha * log_prob - new_q)
         with tf.control_dependencies([critic_norm]):
-            actor_norm = off_policy.apply_gradients(
+            actor_norm = parts.apply_gradients(
                 tape, actor_loss, actor_variables, self._actor_optimizer)
         entropy_gap = tf.stop_gradient(log_prob + self._target_entropy)
         with tf.GradientTape() as tape:

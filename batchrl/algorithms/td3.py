@@ -8,7 +8,7 @@ import math
 
 import tensorflow as tf
 
-from batchrl.algorithms import off_policy
+from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
@@ -138,14 +138,14 @@ class TD3(off_policy.OffPolicyAlgorithm):
             q = self._q_values(batch)
             td_error = q - target
             critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
-        critic_norm = off_policy.apply_gradients(
+        critic_norm = parts.apply_gradients(
             tape, critic_loss, self._critic.trainable_variables, self._critic_optimizer)
 
         def actor_step():
             with tf.GradientTape() as tape:
                 q = self._critic(batch["observ"], self._actor(batch["observ"]))[0]
                 loss = -tf.reduce_mean(q)
-            norm = off_policy.apply_gradients(
+            norm = parts.apply_gradients(
                 tape, loss, self._actor.trainable_variables, self._actor_optimizer)
             with tf.control_dependencies([norm]):
                 moved = [op for target, online in (

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from batchrl import configs
 from batchrl.algorithms import advantage as advantage_lib
+from batchrl.algorithms import parts
 from batchrl.algorithms.ppo import PPO
 from batchrl.drivers.loop import step_function
 from batchrl.drivers.simulate import episode_state, simulate
@@ -347,7 +348,8 @@ def test_kl_schedule_scales_the_target_of_the_penalty_and_the_cutoff(
 
 @pytest.mark.parametrize("max_norm", [None, 0.01])
 def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
-    """Each of PPO's optimizer steps (`_apply`, with the value's and the policy's Adam)
+    """Each of PPO's optimizer steps (`parts.apply_gradients` with the value's and the
+    policy's Adam)
     applies the gradient scaled to a global norm of at most `max_gradient_norm` (null:
     unscaled), against NumPy's Adam; the reported norm is the one before clipping. Adam's
     step does not change when all its gradients are scaled alike, so the two steps have
@@ -366,7 +368,7 @@ def test_max_gradient_norm_clips_the_global_norm_of_every_step(max_norm):
             with tf.GradientTape() as tape:  # A loss whose gradient is `gradient`.
                 loss = tf.add_n([tf.reduce_sum(variable * g) for g, variable in zip(
                     gradient, variables, strict=True)])
-            reported = float(algo._apply(tape, loss, variables, optimizer))
+            reported = float(parts.apply_gradients(tape, loss, variables, optimizer))
             assert reported == pytest.approx(norm, rel=1e-5)
         for variable, value in zip(variables, expected, strict=True):
             np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-8)

@@ -287,14 +287,14 @@ class PPO(OnPolicyAlgorithm):
             return self._joint_step(minibatch)
         with tf.name_scope("value"), tf.GradientTape() as tape:
             value_loss = self._value_loss(minibatch)
-        value_norm = self._apply(tape, value_loss, self._networks.value.trainable_variables,
-                                 self._value_optimizer)
+        value_norm = parts.apply_gradients(
+            tape, value_loss, self._networks.value.trainable_variables, self._value_optimizer)
         with tf.control_dependencies([value_loss]), tf.name_scope("policy"):
             with tf.GradientTape() as tape:
                 policy = self._policy_loss(minibatch)
-            policy_norm = self._apply(tape, policy["loss"],
-                                      self._networks.policy.trainable_variables,
-                                      self._policy_optimizer)
+            policy_norm = parts.apply_gradients(
+                tape, policy["loss"], self._networks.policy.trainable_variables,
+                self._policy_optimizer)
         return self._losses(value_loss, policy), {
             "value_gradient_norm": value_norm, "policy_gradient_norm": policy_norm}
 
@@ -308,20 +308,13 @@ class PPO(OnPolicyAlgorithm):
             value_loss = self._value_loss(minibatch)
             policy = self._policy_loss(minibatch)
             loss = policy["loss"] + self._value_coef * value_loss
-        norm = self._apply(tape, loss, self._joint_variables(), self._policy_optimizer)
+        norm = parts.apply_gradients(tape, loss, self._joint_variables(), self._policy_optimizer)
         return self._losses(value_loss, policy), {"gradient_norm": norm}
 
     @staticmethod
     def _losses(value_loss, policy):
         return {"value_loss": value_loss, "policy_loss": policy["loss"],
                 "surrogate": policy["surrogate"], "kl_cutoff_count": policy["cutoff_count"]}
-
-    @staticmethod
-    def _apply(tape, loss, variables, optimizer):
-        """One step of `optimizer` (a `batchrl.optimizers` module with `apply`) on the
-        gradient of `loss` (recorded on `tape`); returns the gradient's global norm before
-        clipping (float32 scalar), ready once the step is taken."""
-        return optimizer.apply(tape.gradient(loss, variables), variables)["gradient_norm"]
 
     def _value_loss(self, minibatch):
         return losses.value_loss(
