@@ -187,43 +187,22 @@ def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster,
     assert os.path.exists(logdir / "train")
 
 
-def test_ape_x_keeps_its_replay_memory_through_ctrl_c_and_resume(ray_cluster, tmp_path):
-    """`cartpole_apex` with `save_replay: true`: Ctrl-C saves the learner and its replay
-    memory and stops the actor; the same command resumes with the memory as it was (every
-    step learned from is in it, but for the 2 steps each agent's 3-step window still
-    held) and ends with no actor left."""
+def test_ape_x_replaces_a_killed_actor_and_keeps_its_replay_through_ctrl_c_and_resume(
+        ray_cluster, tmp_path):
+    """SAC in Ape-X mode with `save_replay: true` on `FaultyPendulum`, whose actor's
+    environment kills its process at its 40th step (once): the actor is replaced
+    (`worker_restarts: 1`) and training goes on; Ctrl-C at the first `step` line saves the
+    learner and its replay memory and stops the actor; the same command resumes with the
+    memory as it was (every step learned from is in it: one-step transitions) and trains to
+    its end, and no actor is left. (DQN's Ape-X run, its n-step windows and its replay's
+    checkpoint: tests/distributed/test_apex.py and `cartpole_apex` in test_train.py.)"""
+    from tests.distributed.test_actor_learner import _scalars
+
     others = set(_actor_processes("TransitionActor"))  # Another run's, on another Ray.
 
     def actors():
         return set(_actor_processes("TransitionActor")) - others
 
-    logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=cartpole_apex",
-               f"--logdir={logdir}", "--no-progress", "--set", "envs_per_actor=4",
-               "--set", "value_layers=[16]", "--set", "num_agents=2", "--set",
-               "eval_episodes=2", "--set", "steps=1500", "--set", "eval_every=500",
-               "--set", "log_every=250", "--set", "learning_starts=100", "--set",
-               "save_replay=true", "--set", "jit_update=false", "--set",
-               f"ray_address={ray_cluster.address}"]
-    output = _interrupt_at_first_step(command, actors, 1)
-    stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    assert _version(logdir) > 0
-
-    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    size = int(resumed.stdout.split("Replay memory: ")[1].split(" ")[0].replace(",", ""))
-    assert stopped - 2 * 4 <= size <= stopped, resumed.stdout
-    assert "step      1,5" in resumed.stdout
-    assert not actors()
-
-
-def test_an_ape_x_actor_killed_mid_run_is_replaced_and_the_run_ends(ray_cluster, tmp_path):
-    """SAC in Ape-X mode on `FaultyPendulum`, whose actor's environment kills its process at
-    its 40th step (once): the actor is replaced (`worker_restarts: 1`), the run trains to
-    its end, its replay memory holds the transitions learned from, and no actor is left."""
-    from tests.distributed.test_actor_learner import _scalars
-
-    others = set(_actor_processes("TransitionActor"))
     logdir = tmp_path / "run"
     kwargs = f"{{fault: kill, after: 40, once: {tmp_path / 'once'}}}"
     command = [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum_sac",
@@ -231,13 +210,20 @@ def test_an_ape_x_actor_killed_mid_run_is_replaced_and_the_run_ends(ray_cluster,
                f"env_kwargs={kwargs}", "--set", "max_length=200", "--set", "actors=1",
                "--set", "envs_per_actor=1", "--set", "rollout_length=10", "--set",
                "worker_restarts=1", "--set", "policy_layers=[8]", "--set",
-               "value_layers=[8]", "--set", "jit_update=false", "--set", "steps=300",
-               "--set", "eval_every=300", "--set", "eval_episodes=1", "--set",
-               "log_every=100", "--set", "learning_starts=50", "--set",
-               f"ray_address={ray_cluster.address}"]
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stdout + finished.stderr
+               "value_layers=[8]", "--set", "jit_update=false", "--set", "steps=600",
+               "--set", "eval_every=200", "--set", "eval_episodes=1", "--set",
+               "log_every=100", "--set", "learning_starts=50", "--set", "save_replay=true",
+               "--set", f"ray_address={ray_cluster.address}"]
+    output = _interrupt_at_first_step(command, actors, 1)
     assert (tmp_path / "once").exists(), "the fault happened"
-    assert _scalars(logdir / "train", "actors/restarts")[-1] == 1
+    assert _scalars(logdir / "train", "actors/restarts")[-1] == 1, output
+    stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
+    assert _version(logdir) > 0
+
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    size = int(resumed.stdout.split("Replay memory: ")[1].split(" ")[0].replace(",", ""))
+    assert size == stopped, resumed.stdout
+    assert "step        600" in resumed.stdout, resumed.stdout
     assert _scalars(logdir / "train", "apex/replay_fill")[-1] > 0
-    assert not set(_actor_processes("TransitionActor")) - others
+    assert not actors()
