@@ -7,8 +7,9 @@ import abc
 import tensorflow as tf
 
 from batchrl.algorithms import exploration as exploration_lib
-from batchrl.algorithms.base import observation_filter
+from batchrl.algorithms.base import checked, observation_filter
 from batchrl.networks.constructors import Networks
+from batchrl.tools.graph import after
 from batchrl.tools.weights import VariableCopier
 
 
@@ -85,10 +86,23 @@ class OnPolicyActor(Actor):
     constructor (whose `policy` acts; the constructors build the value network with it),
     and the observation filter; explored actions are sampled from the policy's
     distribution, deterministic ones are its mode. Observations that are not floats and
-    not normalized stay in their own dtype (`raw_observ`)."""
+    not normalized stay in their own dtype (`raw_observ`).
+
+    With `num_agents` (int), it also keeps what acting a batch of that many agents needs
+    from step to step, and what a recording stores of each step: each agent's recurrent
+    state (zeroed by `begin_episodes`, advanced by `perform`), and the state and the
+    distribution's parameters its last action was taken with (`acted`). The same code acts
+    in one process (`OnPolicyAlgorithm`) and in an actor (`FragmentRecorder`).
+
+    Attributes:
+      state_size: int, the size of the policy's recurrent state (0: feed-forward).
+      param_shapes: dict of str to tuple, the shape of each of the distribution's
+        parameters for one step (e.g. `mean` and `std` `(action_dim,)`).
+      num_agents: int or None, the agents it keeps acting state for.
+    """
 
     def __init__(self, observation_space, action_space, config, generator=None, step=None,
-                 observ_shape=None, observ_dtype=None):
+                 observ_shape=None, observ_dtype=None, num_agents=None):
         super().__init__(observation_space, action_space, config, generator, step,
                          observ_shape, observ_dtype)
         networks = config.network(observation_space, action_space, config)
@@ -96,10 +110,41 @@ class OnPolicyActor(Actor):
         self.networks = Networks(networks.policy, networks.value, networks.distribution)
         self.raw_observ = not (config.normalize_observ or self.observ_dtype.is_floating)
         self.observ_filter = observation_filter(observation_space, self.observ_shape, config)
+        self.state_size = int(self.networks.policy.state_size)
+        params, _ = self.networks.policy(
+            tf.zeros((1, 1) + self.observ_shape), tf.zeros((1, self.state_size)))
+        self.param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
+        self.num_agents = None if num_agents is None else int(num_agents)
+        self._agent_state = None
+        if num_agents is not None:
+            zeros = tf.zeros((int(num_agents), self.state_size))
+            # Each agent's recurrent state, and the one its last action was taken in.
+            self._agent_state = tf.Variable(zeros, trainable=False, name="state")
+            self._acted_state = tf.Variable(zeros, trainable=False, name="last_state")
+            self._acted_params = {
+                key: tf.Variable(tf.zeros((int(num_agents),) + shape), trainable=False,
+                                 name="last_" + key)
+                for key, shape in self.param_shapes.items()}
 
     @property
     def variables(self):
         return list(self.networks.policy.variables) + list(self.observ_filter.variables)
+
+    @property
+    def acting_specs(self):
+        """What `acted` gives of one step: dict of `(shape, dtype)`, `policy_<param>` for
+        each parameter, and `state` for a recurrent policy (a recording's template)."""
+        specs = {"policy_" + key: (shape, tf.float32) for key, shape in self.param_shapes.items()}
+        if self.state_size:
+            specs["state"] = ((self.state_size,), tf.float32)
+        return specs
+
+    @property
+    def agent_variables(self):
+        """The per-agent acting variables (with `num_agents`), for a checkpoint of the
+        training in progress: `state`, `last_state` and `last_params` (a dict)."""
+        return {"state": self._agent_state, "last_state": self._acted_state,
+                "last_params": dict(self._acted_params)}
 
     def normalized(self, observ):
         """Observations as the networks and the memory take them: normalized float32, or
@@ -124,6 +169,50 @@ class OnPolicyActor(Actor):
     def act(self, observ, state, explore):
         action, state, _ = self.step_policy(observ, state, explore)
         return action, state
+
+    def begin_episodes(self, agent_indices):
+        """Zeroes the recurrent state of the given agents (int32 `[n]`); returns the op
+        (a constant for a feed-forward policy)."""
+        if not self.state_size:
+            return tf.constant(True)
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        return self._agent_state.scatter_nd_update(
+            rows, tf.zeros([tf.shape(rows)[0], self.state_size]))
+
+    def perform(self, agent_indices, observ, explore):
+        """The actions of the given agents (int32 `[n]`) for raw observations
+        `[n, *observation_shape]`: sampled when `explore` (a Python bool or a bool scalar
+        tensor), the mode otherwise; keeps the parameters they were drawn from and the
+        state they were taken in (`acted`), and advances the agents' states.
+
+        Returns:
+          `[n, *action_shape]`, once the variables are written.
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        state = tf.gather(self._agent_state, agent_indices)
+        action, new_state, params = self.step_policy(observ, state, explore)
+        action = checked(action)
+        rows = agent_indices[:, None]
+        stored = [self._acted_params[key].scatter_nd_update(rows, params[key])
+                  for key in self.param_shapes]
+        if self.state_size:
+            stored.append(self._acted_state.scatter_nd_update(rows, state))
+            with tf.control_dependencies(stored):
+                stored.append(self._agent_state.scatter_nd_update(rows, new_state))
+        return after(stored, action)
+
+    def acted(self, agent_indices):
+        """What a recording stores of the given agents' (int32 `[n]`) last `perform`:
+        dict of `acting_specs`' keys, `[n, ...]`."""
+        agent_indices = tf.cast(agent_indices, tf.int32)
+        acted = {"policy_" + key: tf.gather(self._acted_params[key], agent_indices)
+                 for key in self.param_shapes}
+        if self.state_size:
+            acted["state"] = tf.gather(self._acted_state, agent_indices)
+        return acted
 
 
 class OffPolicyActor(Actor):

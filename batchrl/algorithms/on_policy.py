@@ -10,9 +10,10 @@ import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms.actor import OnPolicyActor
-from batchrl.algorithms.base import Algorithm, checked
+from batchrl.algorithms.base import Algorithm
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
+from batchrl.memories.rollout import RolloutMemory
 from batchrl.spaces import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -110,7 +111,7 @@ class OnPolicyAlgorithm(Algorithm):
         # The acting half: the networks, the observation filter, sampling.
         self._acting = OnPolicyActor(
             batch_env.observation_space, batch_env.action_space, config, self._random, step,
-            observ_shape, batch_env.observ.dtype)
+            observ_shape, batch_env.observ.dtype, num_agents)
         self._networks = self._acting.networks
         self._distribution = self._networks.distribution
         self._observ_filter = self._acting.observ_filter
@@ -130,11 +131,9 @@ class OnPolicyAlgorithm(Algorithm):
             clip=config.reward_clip if config.normalize_reward else None,
             name="normalize_reward")
 
-        self._state_size = int(self._networks.policy.state_size)
+        self._state_size = self._acting.state_size
         self._recurrent = self._state_size > 0
-        params, _ = self._networks.policy(
-            tf.zeros((1, 1) + observ_shape), tf.zeros((1, self._state_size)))
-        self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
+        self._param_shapes = self._acting.param_shapes
         self._rollout_length = (config.rollout_length if "rollout_length" in self.config_keys
                                 else None)
         if self._rollout_length and self._recurrent and not self.stored_state_rollouts:
@@ -148,33 +147,20 @@ class OnPolicyAlgorithm(Algorithm):
         self._memory_length = chunks * self._chunk_length
         # Rows of the memory: `update_every` episodes, or one rollout of each agent.
         self._memory_rows = num_agents if self._rollout_length else config.update_every
-        template = {
-            **self._observ_storage.specs("observ"),
-            "action": (action_shape, batch_env.action.dtype),
-            "reward": ((), tf.float32),
-        }
-        if self._recurrent:
-            template["state"] = ((self._state_size,), tf.float32)
-        for key, shape in self._param_shapes.items():
-            template["policy_" + key] = (shape, tf.float32)
-        if self._rollout_length:
-            # What a step's value target needs when its episode ends there, or the rollout.
-            template.update(self._observ_storage.specs("next_observ"), done=((), tf.bool),
-                            terminated=((), tf.bool))
+        action_spec = (action_shape, batch_env.action.dtype)
         with tf.name_scope(self.name):
-            self._episodes = None if self._rollout_length else EpisodeMemory(
-                template, num_agents, self._memory_length, "episodes")
-            self._memory = EpisodeMemory(
-                template, self._memory_rows, self._memory_length, "memory")
-            # Recurrent state of each agent, and the state its last action was taken in.
-            self._state = tf.Variable(
-                tf.zeros((num_agents, self._state_size)), trainable=False, name="state")
-            self._last_state = tf.Variable(
-                tf.zeros((num_agents, self._state_size)), trainable=False, name="last_state")
-            self._last_params = {
-                key: tf.Variable(tf.zeros((num_agents,) + shape), trainable=False,
-                                 name="last_" + key)
-                for key, shape in self._param_shapes.items()}
+            if self._rollout_length:
+                self._episodes = None
+                self._memory = RolloutMemory(
+                    self._observ_storage.specs, action_spec, self._acting.acting_specs,
+                    num_agents, self._memory_length, "memory")
+            else:
+                template = {**self._observ_storage.specs("observ"), "action": action_spec,
+                            "reward": ((), tf.float32), **self._acting.acting_specs}
+                self._episodes = EpisodeMemory(
+                    template, num_agents, self._memory_length, "episodes")
+                self._memory = EpisodeMemory(
+                    template, self._memory_rows, self._memory_length, "memory")
             # Normalized final observation and terminal flag of each agent's episode, and
             # of each episode in the memory: what the value bootstraps from.
             self._episode_final = tf.Variable(
@@ -233,9 +219,7 @@ class OnPolicyAlgorithm(Algorithm):
             "memory_index": self._memory_index,
             "episode_final": self._episode_final,
             "episode_terminated": self._episode_terminated,
-            "state": self._state,
-            "last_state": self._last_state,
-            "last_params": dict(self._last_params),
+            **self._acting.agent_variables,
             "discounted_return": self._return,
         }
 
@@ -270,15 +254,13 @@ class OnPolicyAlgorithm(Algorithm):
     def begin_episodes(self, agent_indices):
         """Empties the current episode and zeroes the recurrent state of the given agents
         (int32 `[n]`); with `rollout_length`, marks the last stored step of their rollouts
-        as the end of an episode (`_cut_rollouts`), as the episode in progress there is
+        as the end of an episode (`RolloutMemory.cut`), as the episode in progress there is
         cut short when a phase begins new episodes."""
         rows = tf.cast(agent_indices, tf.int32)[:, None]
-        cleared = [self._cut_rollouts(agent_indices) if self._rollout_length
+        cleared = [self._memory.cut(agent_indices) if self._rollout_length
                    else self._episodes.clear(agent_indices),
-                   self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))]
-        if self._recurrent:
-            zeros = tf.zeros([tf.shape(rows)[0], self._state_size])
-            cleared.append(self._state.scatter_nd_update(rows, zeros))
+                   self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]])),
+                   self._acting.begin_episodes(agent_indices)]
         return after(cleared, True)
 
     def perform(self, agent_indices, observ):
@@ -295,19 +277,7 @@ class OnPolicyAlgorithm(Algorithm):
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
         with tf.name_scope("perform"):
-            agent_indices = tf.cast(agent_indices, tf.int32)
-            state = tf.gather(self._state, agent_indices)
-            action, new_state, params = self._acting.step_policy(
-                observ, state, self._is_training)
-            action = checked(action)
-            rows = agent_indices[:, None]
-            stored = [self._last_params[key].scatter_nd_update(rows, params[key])
-                      for key in self._param_shapes]
-            if self._recurrent:
-                stored.append(self._last_state.scatter_nd_update(rows, state))
-                with tf.control_dependencies(stored):
-                    stored.append(self._state.scatter_nd_update(rows, new_state))
-            return after(stored, action)
+            return self._acting.perform(agent_indices, observ, self._is_training)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Records a transition of the given agents while training.
@@ -324,15 +294,6 @@ class OnPolicyAlgorithm(Algorithm):
         return self._while_training(
             self._record, agent_indices, observ, action, reward, done, nextob)
 
-    def _cut_rollouts(self, agent_indices):
-        """Sets `done` at the last stored step of the given agents' rollouts (if any): the
-        value of the observation after it (`next_observ`) bootstraps the cut episode."""
-        rows = tf.cast(agent_indices, tf.int32)
-        length = tf.gather(self._memory.length, rows)
-        stored = tf.boolean_mask(tf.stack([rows, length - 1], 1), length > 0)
-        done = self._memory.fields["done"]
-        return done.scatter_nd_update(stored, tf.ones([tf.shape(stored)[0]], tf.bool))
-
     def _record(self, agent_indices, observ, action, reward, done, nextob):
         with tf.name_scope("experience"):
             agent_indices = tf.cast(agent_indices, tf.int32)
@@ -344,11 +305,8 @@ class OnPolicyAlgorithm(Algorithm):
                 if not self._raw_observ:
                     statistics.append(self._observ_filter.update(observ))
             transition = {**self._observ_storage.encode("observ", normalized),
-                          "action": action, "reward": reward}
-            if self._recurrent:
-                transition["state"] = tf.gather(self._last_state, agent_indices)
-            for key in self._param_shapes:
-                transition["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
+                          "action": action, "reward": reward,
+                          **self._acting.acted(agent_indices)}
             terminated = tf.gather(self._batch_env.terminated, agent_indices)
             if self._rollout_length:
                 transition.update(self._observ_storage.encode("next_observ", normalized_next),
@@ -356,10 +314,7 @@ class OnPolicyAlgorithm(Algorithm):
                 with tf.control_dependencies(statistics):
                     stored = self._memory.append(transition, agent_indices)
                 with tf.control_dependencies([stored]):
-                    # Once the first row is full: a row that fell behind (an agent left out
-                    # of a step, `batch_env.interrupted`) trains on the steps it has, as
-                    # waiting for it would append past the memory's end in the others.
-                    full = tf.reduce_any(self._memory.length >= self._rollout_length)
+                    full = self._memory.full(self._rollout_length)
                     return tf.cond(full, self._train, lambda: tf.constant(False))
             stored = [
                 self._episodes.append(transition, agent_indices),

@@ -172,7 +172,7 @@ class FragmentActor:
         actor = OnPolicyActor(
             batch_env.observation_space, batch_env.action_space,
             build.algorithm_config(config), observ_shape=tuple(batch_env.observ.shape[1:]),
-            observ_dtype=batch_env.observ.dtype)
+            observ_dtype=batch_env.observ.dtype, num_agents=len(batch_env))
         self._recorder = FragmentRecorder(batch_env, actor, config.rollout_length)
         self._actor = actor
         self._set_weights = actor.set_weights

@@ -5,13 +5,11 @@ arrays for a learner."""
 import numpy as np
 import tensorflow as tf
 
-from batchrl.algorithms.base import checked
-from batchrl.drivers.simulate import episode_state, simulate_steps
-from batchrl.memories.episode import EpisodeMemory
-from batchrl.tools.graph import after
+from batchrl.distributed.recorder import Recorder
+from batchrl.memories.rollout import RolloutMemory
 
 
-class FragmentRecorder:
+class FragmentRecorder(Recorder):
     """What `batchrl.drivers.simulate` drives in an actor: the policy of `actor` (an
     `batchrl.algorithms.actor.OnPolicyActor`) samples the actions, and every step of every
     agent is recorded, up to `length` steps per agent. Learns nothing.
@@ -31,92 +29,51 @@ class FragmentRecorder:
 
     Args:
       batch_env: the actor's `InGraphBatchEnv`.
-      actor: an `OnPolicyActor` built for the batch's spaces.
+      actor: an `OnPolicyActor` built for the batch's spaces and agents (`num_agents`).
       length: int >= 1, the steps per agent of a fragment (`rollout_length`).
+
+    Raises:
+      ValueError: `actor` keeps acting state for another number of agents than the batch's.
     """
 
     def __init__(self, batch_env, actor, length):
-        self._batch_env = batch_env
+        if actor.num_agents != len(batch_env):
+            raise ValueError(f"FragmentRecorder: the actor keeps acting state for "
+                             f"{actor.num_agents} agents, the batch has {len(batch_env)} "
+                             f"(OnPolicyActor's num_agents)")
         self._actor = actor
-        self._length = int(length)
-        agents = len(batch_env)
         observ = (tuple(batch_env.observ.shape[1:]), batch_env.observ.dtype)
-        self._state_size = int(actor.networks.policy.state_size)
-        params, _ = actor.networks.policy(
-            tf.zeros((1, 1) + observ[0]), tf.zeros((1, self._state_size)))
-        self._param_shapes = {key: tuple(value.shape[2:]) for key, value in params.items()}
-        template = {"observ": observ, "next_observ": observ,
-                    "action": (tuple(batch_env.action.shape[1:]), batch_env.action.dtype),
-                    "reward": ((), tf.float32), "done": ((), tf.bool),
-                    "terminated": ((), tf.bool)}
-        for key, shape in self._param_shapes.items():
-            template["policy_" + key] = (shape, tf.float32)
-        if self._state_size:
-            template["state"] = ((self._state_size,), tf.float32)
-        self._memory = EpisodeMemory(template, agents, self._length, "fragment")
-        self._last_params = {
-            key: tf.Variable(tf.zeros((agents,) + shape), trainable=False, name="last_" + key)
-            for key, shape in self._param_shapes.items()}
-        # Each agent's recurrent state, and the one its last action was taken in.
-        self._state, self._last_state = (
-            tf.Variable(tf.zeros((agents, self._state_size)), trainable=False, name=name)
-            for name in ("state", "last_state"))
-        episode_state(batch_env)  # Its variables exist before the first trace.
-        self._collect = tf.function(self._collect_steps, autograph=False)
-
-    @property
-    def length(self):
-        """int, the steps per agent of a fragment."""
-        return self._length
+        self._memory = RolloutMemory(
+            lambda name: {name: observ},
+            (tuple(batch_env.action.shape[1:]), batch_env.action.dtype),
+            actor.acting_specs, len(batch_env), int(length), "fragment")
+        super().__init__(batch_env, length)
 
     def begin_episodes(self, agent_indices):
         """Zeroes the recurrent state (if any) of the given agents (int32 `[n]`); their
         rows run on across the start of the episode."""
-        if not self._state_size:
-            return tf.constant(True)
-        rows = tf.cast(agent_indices, tf.int32)[:, None]
-        return self._state.scatter_nd_update(
-            rows, tf.zeros([tf.shape(rows)[0], self._state_size]))
+        return self._actor.begin_episodes(agent_indices)
 
     def perform(self, agent_indices, observ):
         """Actions sampled from the policy for the given agents (int32 `[n]`) in raw
-        observations `[n, *observation_shape]`; keeps the parameters they were drawn from.
+        observations `[n, *observation_shape]` (`OnPolicyActor.perform`).
 
         Raises:
           tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
         """
-        agent_indices = tf.cast(agent_indices, tf.int32)
-        state = tf.gather(self._state, agent_indices)
-        action, new_state, params = self._actor.step_policy(observ, state, True)
-        rows = agent_indices[:, None]
-        stored = [self._last_params[key].scatter_nd_update(rows, params[key])
-                  for key in self._param_shapes]
-        if self._state_size:
-            stored.append(self._last_state.scatter_nd_update(rows, state))
-            with tf.control_dependencies(stored):
-                stored.append(self._state.scatter_nd_update(rows, new_state))
-        return after(stored, checked(action))
+        return self._actor.perform(agent_indices, observ, True)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Appends the step of the given agents to their rows."""
         agent_indices = tf.cast(agent_indices, tf.int32)
         step = {"observ": observ, "next_observ": nextob, "action": action, "reward": reward,
                 "done": done,
-                "terminated": tf.gather(self._batch_env.terminated, agent_indices)}
-        for key in self._param_shapes:
-            step["policy_" + key] = tf.gather(self._last_params[key], agent_indices)
-        if self._state_size:
-            step["state"] = tf.gather(self._last_state, agent_indices)
+                "terminated": tf.gather(self._batch_env.terminated, agent_indices),
+                **self._actor.acted(agent_indices)}
         return self._memory.append(step, agent_indices)
 
-    def end_episodes(self, agent_indices):
-        """Nothing to do: `done` of the step (`experience`) marks the end."""
-        del agent_indices
-        return tf.constant(True)
-
     def _collect_steps(self):
-        steps = simulate_steps(self._batch_env, self, self._length, False, False)
-        with tf.control_dependencies(list(steps)):
+        with tf.control_dependencies(self._steps()):
             fields, length = self._memory.data()
         with tf.control_dependencies(list(fields.values()) + [length]):
             cleared = self._memory.clear()

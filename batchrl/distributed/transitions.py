@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.distributed.acting_values import ActingValues
-from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.distributed.recorder import Recorder
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.n_step import NStepAccumulator
 from batchrl.memories.observation_storage import ObservationStorage
@@ -15,7 +15,7 @@ from batchrl.memories.storage import FIELDS, TransitionStorage
 from batchrl.tools.graph import after
 
 
-class TransitionRecorder:
+class TransitionRecorder(Recorder):
     """What `batchrl.drivers.simulate` drives in an Ape-X actor: `algo` (an
     `OffPolicyAlgorithm` built for the actor's batch; its replay memory is not used) acts
     with its exploration (`perform` while its `is_training`), and each agent's steps go
@@ -45,9 +45,7 @@ class TransitionRecorder:
     """
 
     def __init__(self, batch_env, algo, length):
-        self._batch_env = batch_env
         self._algo = algo
-        self._length = int(length)
         memory = algo.memory
         agents = len(batch_env)
         self._accumulator = NStepAccumulator(
@@ -55,20 +53,14 @@ class TransitionRecorder:
             memory.discount_factor)
         self._outbox = TransitionStorage(
             ObservationStorage(*memory.observ_spec), memory.action_spec,
-            agents * (self._length + memory.n_step - 1))
-        self._steps = EpisodeMemory({"reward": ((), tf.float32), "done": ((), tf.bool)},
-                                    agents, self._length, "steps")
+            agents * (int(length) + memory.n_step - 1))
+        self._rows = EpisodeMemory({"reward": ((), tf.float32), "done": ((), tf.bool)},
+                                   agents, int(length), "steps")
         # DQN keeps the Q values it acts with for the TD errors (`ActingValues`).
         self._values = None
         if hasattr(algo, "perform_with_values"):
             self._values = ActingValues(algo, agents, memory.n_step, self._outbox.capacity)
-        episode_state(batch_env)  # Its variables exist before the first trace.
-        self._collect = tf.function(self._collect_steps, autograph=False)
-
-    @property
-    def length(self):
-        """int, the steps per agent of a recording."""
-        return self._length
+        super().__init__(batch_env, length)
 
     def begin_episodes(self, agent_indices):
         """Stores the steps still waiting in the given agents' windows as a truncated
@@ -100,31 +92,25 @@ class TransitionRecorder:
             self._outbox.write, agent_indices, action, done)
         added = self._accumulator.add(agent_indices, observ, action, reward, terminated,
                                       truncated, nextob, write)
-        recorded = self._steps.append({"reward": reward, "done": done}, agent_indices)
+        recorded = self._rows.append({"reward": reward, "done": done}, agent_indices)
         return after([added, recorded], True)
-
-    def end_episodes(self, agent_indices):
-        """Nothing to do: `experience` stored the steps."""
-        del agent_indices
-        return tf.constant(True)
 
     def _write(self, transitions, emit=None):
         count, _, _ = self._outbox.write(transitions, emit)
         return count
 
     def _collect_steps(self):
-        steps = simulate_steps(self._batch_env, self, self._length, False, False)
-        with tf.control_dependencies(list(steps)):
+        with tf.control_dependencies(self._steps()):
             count = self._outbox.size.value()
             transitions = self._outbox.gather(tf.range(count))
             if self._values is None:
                 td_error = self._algo.td_error(transitions)
             else:
                 td_error = self._values.td_error(transitions, count)
-            fields, length = self._steps.data()
+            fields, length = self._rows.data()
         read = list(transitions.values()) + list(fields.values()) + [td_error, length]
         with tf.control_dependencies(read):
-            cleared = [self._steps.clear(), self._outbox.size.assign(0),
+            cleared = [self._rows.clear(), self._outbox.size.assign(0),
                        self._outbox.position.assign(0)]
         with tf.control_dependencies(cleared):
             return ({key: tf.identity(value) for key, value in transitions.items()},

@@ -159,15 +159,16 @@ def test_declared_recurrent_layer_trains_on_chunks_from_stored_states(kind, stat
     before = [v.numpy().copy() for v in algo.networks.policy.trainable_variables]
     began = np.ones(3, bool)  # The first call begins every agent's episode.
     mixed = 0  # Calls at which some agents began an episode and others did not.
+    acting = algo.progress_state  # The acting half's per-agent variables among them.
     for _ in range(50):
-        state = algo._state.numpy()
+        state = acting["state"].numpy()
         done, score = run(False, False)
         assert np.isfinite(score.numpy()).all()
-        acted_from = algo._last_state.numpy()
+        acted_from = acting["last_state"].numpy()
         assert acted_from.shape == (3, state_size)
         np.testing.assert_array_equal(acted_from[began], 0.0)
         np.testing.assert_array_equal(acted_from[~began], state[~began])
-        advanced = algo._state.numpy()
+        advanced = acting["state"].numpy()
         assert all(not np.allclose(advanced[agent], acted_from[agent]) for agent in range(3))
         assert (np.abs(advanced) > 0).any(axis=1).all()
         mixed += began.any() and not began.all()

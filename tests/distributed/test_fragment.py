@@ -45,7 +45,8 @@ def _algorithm(config, algorithm_class=IMPALA):
 
 def _recorder(config, batch_env=None):
     batch_env = batch_env or _batch_env()
-    actor = OnPolicyActor(batch_env.observation_space, batch_env.action_space, config)
+    actor = OnPolicyActor(batch_env.observation_space, batch_env.action_space, config,
+                          num_agents=len(batch_env))
     return FragmentRecorder(batch_env, actor, LENGTH), actor, batch_env
 
 

@@ -1,0 +1,52 @@
+"""The rollout recording: each agent's consecutive steps in a row of its own, across the ends
+of its episodes, until a row holds a rollout; the same in one process (an on-policy
+algorithm with `rollout_length`) and in an actor (`batchrl.distributed.fragment`)."""
+
+import tensorflow as tf
+
+from batchrl.memories.episode import EpisodeMemory
+
+
+class RolloutMemory(EpisodeMemory):
+    """One row per agent of `num_agents`, each up to `max_length` steps: for every step the
+    observation it was acted on and the one after it (the final observation where the step
+    ended an episode), in the form `observ_specs` gives; the action; the raw reward; `done`
+    (the step ended an episode: terminated, truncated, or cut short by `cut`) and
+    `terminated`; and what the acting half stored of it (`OnPolicyActor.acting_specs`: the
+    parameters of the distribution the action was drawn from and, for a recurrent policy,
+    the state it was acted in).
+
+    Args:
+      observ_specs: callable taking a field name (`observ`, `next_observ`) and returning
+        the dict of `(shape, dtype)` of the fields that store it (one field, or more for a
+        nested observation, `ObservationStorage.specs`).
+      action_spec: `(shape, dtype)` of one action.
+      acting_specs: dict of `(shape, dtype)`, the acting half's fields.
+      num_agents: int, the rows.
+      max_length: int, the steps a row holds.
+      name: the name scope of the variables.
+    """
+
+    def __init__(self, observ_specs, action_spec, acting_specs, num_agents, max_length,
+                 name):
+        template = {**observ_specs("observ"), "action": action_spec,
+                    "reward": ((), tf.float32), **acting_specs,
+                    **observ_specs("next_observ"), "done": ((), tf.bool),
+                    "terminated": ((), tf.bool)}
+        super().__init__(template, num_agents, max_length, name)
+
+    def cut(self, agent_indices):
+        """Sets `done` at the last stored step of the given agents' (int32 `[n]`) rows, if
+        any: the episode in progress there is cut short (a phase begins new episodes), and
+        the value of the observation after it bootstraps it. Returns the op."""
+        rows = tf.cast(agent_indices, tf.int32)
+        length = tf.gather(self.length, rows)
+        stored = tf.boolean_mask(tf.stack([rows, length - 1], 1), length > 0)
+        done = self.fields["done"]
+        return done.scatter_nd_update(stored, tf.ones([tf.shape(stored)[0]], tf.bool))
+
+    def full(self, rollout_length):
+        """bool scalar: the first row holds `rollout_length` steps. A row that fell behind
+        (an agent left out of a step, `batch_env.interrupted`) is read with the steps it
+        has, as waiting for it would append past the memory's end in the others."""
+        return tf.reduce_any(self.length >= rollout_length)
