@@ -11,7 +11,7 @@ environments and calls of `rollout_length` steps each:
 1. `inprocess` and `ray`: a `TransitionActor`'s seconds per call in this process, and on
    Ray with two calls in flight (plus Ray's cost per call, this process's CPU seconds to
    receive one, and its bytes), as `benchmarks.actor_scaling` measures fragments.
-2. `learner`: the learner's seconds per call (`OffPolicyAlgorithm.learn_transitions` on a
+2. `learner`: the learner's seconds per call (`OffPolicyAlgorithm.learn` on a
    recorded call, its memory holding `learning_starts` transitions): `insert`, storing
    the transitions alone (`updates_per_step: 0`), and `learn`, storing them and making the
    `updates_per_step × steps` updates they are owed; the medians after two that trace.
@@ -32,6 +32,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 
 from benchmarks import ROOT, child_environment, publish
 from benchmarks.actor_scaling import (
@@ -67,14 +69,14 @@ def measure_learner(config, recording, calls):
         learner = configs.Config(config, actors=0, num_agents=1, updates_per_step=ratio)
         built = build_lib.build(learner, environments.create_batch(learner))
         algo = built.algo
-        transitions, td_error = recording["transitions"], recording["td_error"]
-        steps = int(recording["length"].sum())
+        # Filled without updates: the same transitions, counted as no steps.
+        filling = dict(recording, length=np.zeros_like(recording["length"]))
         while int(algo.memory.size.numpy()) < config.learning_starts:
-            algo.learn_transitions(transitions, td_error, 0)
+            algo.learn(filling)
         seconds = []
         for index in range(calls + 2):
             start = time.perf_counter()
-            algo.learn_transitions(transitions, td_error, steps)
+            algo.learn(recording)
             if index >= 2:
                 seconds.append(time.perf_counter() - start)
         figures[name] = statistics.median(seconds)

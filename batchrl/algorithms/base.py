@@ -27,7 +27,9 @@ class Algorithm(abc.ABC):
     Learning is `update(batch) -> diagnostics`, one function of a batch, whatever the
     batch's origin: the on-policy family builds it from its episode memory
     (`OnPolicyAlgorithm._memory_batch`), the off-policy family samples it from its replay
-    memory, and a learner may call it on batches that arrive from elsewhere.
+    memory. What an actor recorded elsewhere comes in through one method, `learn`, which
+    takes the recording as the actor's recorder made it and learns from it as the
+    algorithm learns from its own steps.
 
     `batchrl.build` accepts a subclass of `Algorithm`, and also, for algorithms written
     before this class, any class with the four methods `begin_episodes`, `perform`,
@@ -93,6 +95,25 @@ class Algorithm(abc.ABC):
         each family documents); returns the diagnostics, a dict of float32 scalars (and
         the non-scalar entries its family documents). Graph code; not compiled here (the
         families call it inside their compiled update, `_compile`)."""
+
+    def learn(self, recording, log=False):
+        """Learns from a `recording` that an actor made of its steps with a copy of the
+        acting half: an on-policy algorithm that learns from actors takes a fragment
+        (`batchrl.distributed.fragment.FragmentRecorder.record`) and makes one update on it;
+        an off-policy one takes n-step transitions with their first priorities
+        (`batchrl.distributed.transitions.TransitionRecorder.record`), stores them and makes
+        the updates their steps are owed. With `log`, the update's summaries are written
+        (where the family writes them on its own schedule, it keeps that).
+
+        Returns:
+          dict: `updates` (int, the updates made) and the update's diagnostics (tensors).
+
+        Raises:
+          NotImplementedError: the algorithm does not learn from actors (the registry's
+            `actors` is None for it).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not learn from actors' "
+                                  f"recordings")
 
     @property
     @abc.abstractmethod

@@ -96,15 +96,15 @@ class IMPALA(OnPolicyAlgorithm):
         self._learn = self._compile(self._fragment_update)
         self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
-    def learn(self, fragment, log=False):
-        """One update on a fragment that actors recorded
-        (`batchrl.distributed.fragment.FragmentRecorder`: raw observations, rewards, the
-        behaviour policy's parameters, `[rows, rollout_length, ...]`) instead of this
+    def learn(self, recording, log=False):
+        """One update on a fragment that an actor recorded (`recording`,
+        `batchrl.distributed.fragment.FragmentRecorder.record`: raw observations, rewards,
+        the behaviour policy's parameters, `[rows, rollout_length, ...]`) instead of this
         process's memory: the observations are normalized with the statistics as they
         are, which the fragment's valid steps then update, as they update the reward
         normalizer's. With `log`, the update's summaries (those of an update in this
         process: `_train`) go to the default summary writer at its default step. Returns
-        the diagnostics of `update` (tensors).
+        the diagnostics of `update` (tensors) and `updates`: 1.
 
         Raises:
           ValueError: `normalize_reward` with `reward_normalizer: return` (an agent's
@@ -112,7 +112,7 @@ class IMPALA(OnPolicyAlgorithm):
         """
         if self._config.normalize_reward and self._config.reward_normalizer != "reward":
             raise ValueError("impala learns from fragments with reward_normalizer: reward")
-        return self._learn_and_log(fragment, tf.constant(bool(log)))
+        return {**self._learn_and_log(recording, tf.constant(bool(log))), "updates": 1}
 
     def _fragment_learn(self, fragment, log):
         """`learn`'s function: the update (`_learn`, compiled with XLA under `jit_update`),

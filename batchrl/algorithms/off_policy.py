@@ -319,31 +319,36 @@ class OffPolicyAlgorithm(Algorithm):
         error = tf.abs(self._q_values(batch) - self._bootstrap_target(batch))
         return error if error.shape.rank == 1 else tf.reduce_mean(error, 0)
 
-    def learn_transitions(self, transitions, td_error, steps):
-        """The Ape-X learner's step: stores ready n-step transitions (an actor's, with their
-        TD errors for their first priorities: `ReplayMemory.insert`), updates the
-        observation filter with their observations, and runs the updates that `steps`
-        environment steps are owed (`updates_per_step` each once the memory holds
-        `learning_starts`; the fraction carried), as `experience` does for stepped ones,
-        with the same summaries (while `should_log`, at most once per `log_every` steps of
-        the global step, which the caller advances by `steps` first).
+    def learn(self, recording, log=False):
+        """The Ape-X learner's step on an actor's recording
+        (`batchrl.distributed.transitions.TransitionRecorder.record`): stores its ready
+        n-step transitions with their TD errors for their first priorities
+        (`ReplayMemory.insert`), updates the observation filter with their observations,
+        and runs the updates that the recording's environment steps are owed
+        (`updates_per_step` each once the memory holds `learning_starts`; the fraction
+        carried), as `experience` does for stepped ones, with the same summaries (while
+        `should_log`, at most once per `log_every` steps of the global step, which the
+        caller advances by the recording's steps first; `log` is not read).
 
         Args:
-          transitions: dict of `observ`, `nextob` `[n, *observation_shape]`, `action`
-            `[n, *action_shape]`, `reward` and `discount` float32 `[n]` (NumPy arrays or
-            tensors; `n` may change from call to call).
-          td_error: float32 `[n]`.
-          steps: int, the environment steps the transitions came from.
+          recording: dict of `transitions` (dict of `observ`, `nextob`
+            `[n, *observation_shape]`, `action` `[n, *action_shape]`, `reward` and
+            `discount` float32 `[n]`, NumPy arrays or tensors; `n` may change from call to
+            call), `td_error` float32 `[n]` and `length` int `[B]` (the steps of each of
+            the actor's agents: their sum is the environment steps owed updates).
+          log: ignored (see above).
 
         Returns:
-          int, the updates run.
+          dict: `updates`, int, the updates run.
         """
+        del log
+        transitions = recording["transitions"]
         before = int(self._updates.numpy())
         self._learn_transitions(
             {key: transitions[key] for key in ("observ", "action", "reward", "discount",
                                                  "nextob")},
-            td_error, tf.constant(int(steps), tf.int32))
-        return int(self._updates.numpy()) - before
+            recording["td_error"], tf.constant(int(np.sum(recording["length"])), tf.int32))
+        return {"updates": int(self._updates.numpy()) - before}
 
     def policy_action(self, observ, state, generator=None):
         """The action for raw observations (float32 `[n, *observation_shape]`) without
@@ -416,7 +421,7 @@ class OffPolicyAlgorithm(Algorithm):
     # --- Inside. ---
 
     def _insert_and_update(self, transitions, td_error, steps):
-        """`learn_transitions`' compiled function."""
+        """`learn`'s compiled function."""
         inserted = [self._memory.insert(transitions, td_error=td_error),
                     self._observ_filter.update(tf.cast(transitions["observ"], tf.float32))]
         with tf.control_dependencies(inserted):

@@ -16,7 +16,7 @@ class ApexLoop(ActorLearnerLoop):
     are `batchrl.distributed.actor.TransitionActor`s.
 
     Each recording taken from the actors goes into the learner's replay memory
-    (`OffPolicyAlgorithm.learn_transitions`: its transitions with priorities from the
+    (`OffPolicyAlgorithm.learn`: its transitions with priorities from the
     actor's TD errors, when prioritized), and the learner then makes the updates its
     environment steps are owed, `updates_per_step` per step once the memory holds
     `learning_starts`, before it takes the next. So the replay ratio is held: the learner
@@ -50,12 +50,10 @@ class ApexLoop(ActorLearnerLoop):
     def _weights(self):
         return self._copier.get()
 
-    def _learn(self, taken, log):
-        del log  # The algorithm's summaries follow `log_every` (`learn_transitions`).
-        recording = taken.fragment
-        self._inserted += len(recording["td_error"])
-        return self._algo.learn_transitions(recording["transitions"], recording["td_error"],
-                                            int(recording["length"].sum()))
+    def _recording(self, sent):
+        """A recording travels as it was made; counts its transitions."""
+        self._inserted += len(sent["td_error"])
+        return sent
 
     def _write_window(self, window, step, scores, lengths):
         super()._write_window(window, step, scores, lengths)

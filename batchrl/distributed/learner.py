@@ -167,10 +167,14 @@ class ActorLearnerLoop(Loop):
         return result
 
     def _learn(self, taken, log):
-        """Learns from `taken` (a `pool.Fragment`) with summaries while `log`; returns the
-        updates made (int): one (`IMPALA.learn`)."""
-        self._algo.learn(fragment_lib.expand(taken.fragment), log=log)
-        return 1
+        """Learns from `taken` (a `pool.Fragment`) with summaries while `log`, through the
+        algorithm's one way in (`Algorithm.learn`); returns the updates made (int)."""
+        return self._algo.learn(self._recording(taken.fragment), log=log)["updates"]
+
+    def _recording(self, sent):
+        """The recording as the actor's recorder made it, from the form it travelled in
+        (a fragment: `fragment.expand`)."""
+        return fragment_lib.expand(sent)
 
     def _write_window(self, window, step, scores, lengths):
         """The `actors/` summaries of the fragments since the last write, and the scores

@@ -312,7 +312,7 @@ def test_actors_take_the_learners_step_before_its_first_update(dqn_apex_run):
 
 
 def test_the_learner_stores_each_transition_with_its_actors_first_priority(dqn_apex_run):
-    """`ApexLoop` through `learn_transitions`: the learner's prioritized memory holds the
+    """`ApexLoop` through `OffPolicyAlgorithm.learn`: the learner's prioritized memory holds the
     actor's transitions, each (matched by its observations and action) with the priority
     (|delta| + epsilon)^alpha of the TD error delta the actor computed for it (Horgan et
     al. 2018, algorithm 2; Schaul et al. 2016, sec. 3.3), computed here from the

@@ -153,6 +153,19 @@ def test_a_recurrent_policy_replayed_from_its_stored_states_acts_as_it_acted(
     actor.set_weights(learner.actor.get_weights())
     result = learner.learn(expand(recorder.collect()))
     assert float(result["mean_rho"]) == pytest.approx(1.0, abs=1e-5)
+    assert result["updates"] == 1
+
+
+def test_an_algorithm_that_does_not_learn_from_actors_says_so():
+    """`learn` is the one way into learning from actors; PPO (the registry gives it no
+    actors) refuses a fragment in one line naming itself."""
+    from batchrl.algorithms import PPO
+
+    config = _config()
+    fragment = expand(_recorder(config)[0].collect())
+    ppo = _algorithm(configs.Config(config, update_epochs=1, rollout_length=LENGTH), PPO)
+    with pytest.raises(NotImplementedError, match="^PPO does not learn from actors'"):
+        ppo.learn(fragment)
 
 
 def test_the_learner_bootstraps_with_the_value_of_the_observation_after_each_step(
