@@ -17,7 +17,7 @@ import tensorflow as tf
 from batchrl.algorithms import advantage as advantage_lib
 from batchrl.algorithms import parts
 from batchrl.algorithms.advantage import masked_mean
-from batchrl.algorithms.impala import IMPALA
+from batchrl.algorithms.impala import IMPALA, rho_diagnostics
 from batchrl.algorithms.ppo import losses
 from batchrl.algorithms.vtrace import vtrace
 
@@ -102,8 +102,10 @@ class APPO(IMPALA):
           the update's start to the updated one (what the penalty adapts on);
           `behaviour_kl`, the mean KL(mu || pi) from the behaviour policy to the updated
           one (the lag and the update together);
-          `mean_return`: the mean V-trace target; `mean_rho`: the mean importance weight
-          pi / mu at the update's start, before truncation; without `clip_ratio`,
+          `mean_return`: the mean V-trace target; `mean_rho` and `rho_clipped`: the mean
+          importance weight pi / mu at the update's start, before truncation, and the
+          fraction of steps above `rho_bar` (`impala.rho_diagnostics`); the gradient norms
+          of each network (`IMPALA._joint_step`); without `clip_ratio`,
           `kl_penalty`, adapted), and `mask` and `advantage` (`[rows, time]`, before the
           normalization) for the histograms.
         """
@@ -171,7 +173,7 @@ class APPO(IMPALA):
         kl = masked_mean(start.kl(new), mask)
         result = {**metrics, "kl": kl, "behaviour_kl": masked_mean(behaviour.kl(new), mask),
                   "mean_return": masked_mean(target, mask),
-                  "mean_rho": masked_mean(tf.exp(log_ratio), mask),
+                  **rho_diagnostics(log_ratio, mask, config.rho_bar),
                   "mask": mask, "advantage": advantage}
         if config.clip_ratio is None:
             result["kl_penalty"] = self._penalty.assign(
@@ -203,5 +205,4 @@ class APPO(IMPALA):
                          entropy=masked_mean(new.entropy(), mask))
             return policy["loss"] + config.value_coef * value_loss
 
-        _, diagnostics = self._policy_optimizer.minimize(loss_fn, self._joint_variables())
-        return {**diagnostics, **terms}
+        return {**self._joint_step(loss_fn), **terms}

@@ -15,6 +15,7 @@ from batchrl.algorithms.advantage import masked, masked_mean, sequence_mask
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
 from batchrl.errors import ConfigError
+from batchrl.optimizers import base as optimizer_base
 
 
 def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
@@ -33,6 +34,16 @@ def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
     loss = policy_gradient_loss + value_coef * value_loss - entropy_coef * entropy
     return loss, {"policy_gradient_loss": policy_gradient_loss, "value_loss": value_loss,
                   "entropy": entropy}
+
+
+def rho_diagnostics(log_ratio, mask, rho_bar):
+    """What the importance weights rho = pi / mu (`exp(log_ratio)`, `[rows, time]`) of an
+    update's valid steps (`mask`) say of the policy lag: `mean_rho`, their mean before
+    truncation, and `rho_clipped`, the fraction of them above `rho_bar` (which V-trace
+    truncates: their correction is cut; Espeholt et al. 2018, eq. 1). Float32 scalars."""
+    rho = tf.exp(log_ratio)
+    return {"mean_rho": masked_mean(rho, mask),
+            "rho_clipped": masked_mean(tf.cast(rho > rho_bar, tf.float32), mask)}
 
 
 class IMPALA(OnPolicyAlgorithm):
@@ -148,8 +159,10 @@ class IMPALA(OnPolicyAlgorithm):
           dict of float32 scalars for the summaries (the optimizer's `loss` and
           `gradient_norm`, the terms of `impala_loss`, `kl` from the behaviour policy to the
           updated one, `mean_return`: the mean V-trace target, `mean_rho`: the mean
-          importance weight pi / mu before truncation), and `mask` and `advantage`
-          (`[rows, time]`) for the histograms.
+          importance weight pi / mu before truncation, `rho_clipped`: the fraction of
+          valid steps whose weight `rho_bar` truncated, and `_joint_step`'s gradient norms
+          of each network), and `mask` and `advantage` (`[rows, time]`) for the
+          histograms.
         """
         config, networks, distribution = self._config, self._networks, self._distribution
         mask, action = batch["mask"], batch["action"]
@@ -173,14 +186,41 @@ class IMPALA(OnPolicyAlgorithm):
             terms.update(parts_of_loss)
             return loss
 
-        _, diagnostics = self._policy_optimizer.minimize(loss_fn, self._joint_variables())
+        diagnostics = self._joint_step(loss_fn)
         with tf.control_dependencies(list(diagnostics.values())):
             new = self._replayed(batch)
         return {**diagnostics, **terms,
                 "kl": masked_mean(behaviour.kl(new), mask),
                 "mean_return": masked_mean(target, mask),
-                "mean_rho": masked_mean(tf.exp(log_ratio), mask),
+                **rho_diagnostics(log_ratio, mask, config.rho_bar),
                 "mask": mask, "advantage": advantage}
+
+    def _joint_step(self, loss_fn):
+        """One step of the optimizer over the variables of both networks on `loss_fn()`
+        (no arguments, float32 scalar); returns its diagnostics (e.g. `loss` and
+        `gradient_norm`, the joint gradient's global norm before clipping). For a rule that
+        steps on gradients (`steps_on_gradients`: Adam, SGD, RMSprop) also the global
+        norms, before clipping, of the joint gradient's parts on the policy's own
+        variables (`policy_gradient_norm`: the policy loss's gradient) and on the value
+        network's own (`value_gradient_norm`: `value_coef` times the value loss's), from
+        the same gradient (no further pass): where one is much larger, the clipping of the
+        joint norm (`max_gradient_norm`) shortens the other's step with it."""
+        variables = self._joint_variables()
+        optimizer = self._policy_optimizer
+        if not optimizer.steps_on_gradients:
+            return optimizer.minimize(loss_fn, variables)[1]
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        gradients = optimizer_base.gradients(tape, loss, variables)
+        norms = {}
+        for name, network, other in (("policy", self._networks.policy, self._networks.value),
+                                     ("value", self._networks.value, self._networks.policy)):
+            shared = {id(variable) for variable in other.trainable_variables}
+            own = {id(variable) for variable in network.trainable_variables} - shared
+            norms[name + "_gradient_norm"] = tf.linalg.global_norm(
+                [gradient for gradient, variable in zip(gradients, variables, strict=True)
+                 if id(variable) in own])
+        return {"loss": loss, **optimizer.apply(gradients, variables), **norms}
 
     def _replayed(self, batch, distribution=None):
         """The current policy's distribution on the batch's rows (`initial_state` zeros);

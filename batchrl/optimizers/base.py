@@ -18,12 +18,18 @@ class Optimizer(tf.Module):
     `apply(gradients, variables)` takes one step on gradients computed by the caller
     (e.g. an algorithm with several losses, each with its own optimizer) and returns the
     diagnostics only; rules whose step needs the loss itself (the natural gradient, the
-    line search and the wrappers) raise NotImplementedError there.
+    line search and the wrappers) raise NotImplementedError there, and say so with
+    `steps_on_gradients` False.
 
     Optimizers are `tf.Module`s: a `tf.train.Checkpoint` holding one holds its state
     (e.g. Adam's moments). Call `build(variables)` outside of any `tf.function` before the
     first `minimize` or `apply`, so that such state exists before tracing.
+
+    Attributes:
+      steps_on_gradients: bool, `apply` takes a step (False: only `minimize` does).
     """
+
+    steps_on_gradients = False
 
     def build(self, variables):
         """Creates the optimizer's state for `variables` (a list of `tf.Variable`s)."""

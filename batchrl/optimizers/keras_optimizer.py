@@ -21,6 +21,8 @@ class KerasOptimizer(base.Optimizer):
     global norm before clipping); `apply` the latter.
     """
 
+    steps_on_gradients = True
+
     def __init__(self, optimizer, max_gradient_norm=None, name=None):
         super().__init__(name=name)
         self.optimizer = optimizer

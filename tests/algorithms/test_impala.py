@@ -120,6 +120,45 @@ def test_acted_by_an_older_policy_its_weights_are_pi_over_the_stored_mu():
                                rtol=1e-5, atol=1e-5)
     assert float(got["mean_rho"]) == pytest.approx(_valid_mean(np.exp(log_ratio)), rel=1e-5)
     assert abs(float(got["mean_rho"]) - 1.0) > 0.05, "the behaviour is not the current one"
+    clipped = _valid_mean(np.exp(log_ratio) > algo._config.rho_bar)
+    assert 0 < clipped < 1
+    assert float(got["rho_clipped"]) == pytest.approx(clipped, rel=1e-6)
+
+
+def test_the_gradient_norm_of_each_network_is_its_part_of_the_joint_gradient():
+    """`policy_gradient_norm` is the global norm of the policy loss's gradient on the
+    policy's variables, `value_gradient_norm` that of `value_coef` times the value loss's on
+    the value network's, each before clipping (here at 1e-3, far below both), as a tape on
+    losses written here from the NumPy n-step returns gives them (pi = mu: weights 1)."""
+    value_coef, entropy_coef = 0.5, 0.1
+    algo = _algorithm(value_coef=value_coef, entropy_coef=entropy_coef,
+                      max_gradient_norm=1e-3)
+    batch = _batch(algo)
+    returns = _n_step_returns(batch).astype(np.float32)
+    advantage = returns - batch["value"]
+    networks, mask = algo.networks, tf.constant(MASK)
+
+    def valid_mean(values):
+        return tf.reduce_sum(values * mask) / tf.reduce_sum(mask)
+
+    with tf.GradientTape(persistent=True) as tape:
+        params, _ = networks.policy(batch["observ"], tf.zeros((2, 0)))
+        mean, logstd = params["mean"], params["logstd"]
+        log_prob = tf.reduce_sum(
+            -0.5 * tf.square((batch["action"] - mean) / tf.exp(logstd)) - logstd
+            - 0.5 * np.log(2 * np.pi), -1)
+        entropy = tf.reduce_sum(logstd + 0.5 * np.log(2 * np.pi * np.e), -1)
+        policy_loss = valid_mean(-advantage * log_prob - entropy_coef * entropy)
+        value_loss = value_coef * 0.5 * valid_mean(
+            tf.square(returns - networks.value(batch["observ"])))
+    want = {name: float(tf.linalg.global_norm(tape.gradient(loss, network.trainable_variables)))
+            for name, loss, network in (("policy", policy_loss, networks.policy),
+                                        ("value", value_loss, networks.value))}
+
+    got = algo.update({key: tf.constant(value) for key, value in batch.items()})
+    for name in ("policy", "value"):
+        assert float(got[name + "_gradient_norm"]) == pytest.approx(want[name], rel=1e-4)
+    assert float(got["gradient_norm"]) == pytest.approx(np.hypot(*want.values()), rel=1e-4)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0], ids=["positive", "negative"])
