@@ -33,10 +33,11 @@ class APPO(IMPALA):
     `gae_lambda`, `rho_bar` and `c_bar`; the advantages without the weight rho'_s, as the
     surrogate's ratio weighs them), normalizes the advantages over the batch, then takes
     `update_epochs` epochs of steps of the optimizer (`optimizer`, null: Adam at
-    `policy_lr`) over the variables of both networks: each epoch shuffles the batch's rows
-    (each an environment's `rollout_length` steps) and takes one step per minibatch of
-    `batch_size` rows (null: one step on all; rows beyond a multiple of `batch_size` sit
-    that epoch out), each on `policy loss + value_coef * value loss`: the policy loss is
+    `policy_lr`; with `value_optimizer`, the value network's at `value_lr`, as
+    `IMPALA._joint_step` says) over the variables of both networks: each epoch shuffles
+    the batch's rows (each an environment's `rollout_length` steps) and takes one step per
+    minibatch of `batch_size` rows (null: one step on all; rows beyond a multiple of
+    `batch_size` sit that epoch out), each on `policy loss + value_coef * value loss`: the policy loss is
     `batchrl.algorithms.ppo.losses.policy_loss` with the ratio pi / mu to the stored
     behaviour policy mu (the one that acted, up to `max_policy_lag` versions old), the
     clipped surrogate with `clip_ratio` (epsilon), else the surrogate with the KL penalty

@@ -16,6 +16,7 @@ from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
 from batchrl.errors import ConfigError
 from batchrl.optimizers import base as optimizer_base
+from batchrl.tools.graph import after
 
 
 def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
@@ -56,7 +57,9 @@ class IMPALA(OnPolicyAlgorithm):
     truncation levels `rho_bar` and `c_bar`; `rho_bar` also bounds the policy gradient's
     weight) are computed with the value network and the policy as they are at the update's
     start, then one step of the optimizer (`optimizer`, null: Adam at `policy_lr`) on
-    `impala_loss` over the variables of both networks. Acted by the policy being updated,
+    `impala_loss` over the variables of both networks (with `value_optimizer`, the value
+    network's part of that gradient is stepped by its own optimizer at `value_lr`, each
+    part clipped at `max_gradient_norm` on its own). Acted by the policy being updated,
     the rollouts give ratios pi / mu of 1, so that the targets are the n-step returns to
     the row's end (lambda-returns with `gae_lambda` below 1): synchronous A2C with those
     returns. A recurrent policy keeps each agent's state across rows (reset where an
@@ -80,7 +83,8 @@ class IMPALA(OnPolicyAlgorithm):
     stored_state_rollouts = True
     config_keys = OnPolicyAlgorithm.config_keys | {
         "rollout_length", "policy_lr", "optimizer", "max_gradient_norm", "gae_lambda",
-        "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update"}
+        "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update",
+        "value_optimizer", "value_lr"}
 
     @staticmethod
     def check_config(config):
@@ -103,7 +107,7 @@ class IMPALA(OnPolicyAlgorithm):
         super().__init__(batch_env, step, is_training, should_log, config)
         self._build_optimizers(optimizers.create(
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,
-            config.max_gradient_norm, "optimizer"), None)
+            config.max_gradient_norm, "optimizer"), self._separate_value_optimizer(config))
         self._learn = self._compile(self._fragment_update)
         self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
@@ -204,7 +208,9 @@ class IMPALA(OnPolicyAlgorithm):
         variables (`policy_gradient_norm`: the policy loss's gradient) and on the value
         network's own (`value_gradient_norm`: `value_coef` times the value loss's), from
         the same gradient (no further pass): where one is much larger, the clipping of the
-        joint norm (`max_gradient_norm`) shortens the other's step with it."""
+        joint norm (`max_gradient_norm`) shortens the other's step with it. With a
+        `value_optimizer` (`_separate_value_optimizer`), the policy's optimizer steps on the
+        policy's part and the value network's on the value's, each clipped on its own."""
         variables = self._joint_variables()
         optimizer = self._policy_optimizer
         if not optimizer.steps_on_gradients:
@@ -212,15 +218,23 @@ class IMPALA(OnPolicyAlgorithm):
         with tf.GradientTape() as tape:
             loss = loss_fn()
         gradients = optimizer_base.gradients(tape, loss, variables)
-        norms = {}
+        parts_of = {}  # Each network's own variables and their gradients.
         for name, network, other in (("policy", self._networks.policy, self._networks.value),
                                      ("value", self._networks.value, self._networks.policy)):
             shared = {id(variable) for variable in other.trainable_variables}
             own = {id(variable) for variable in network.trainable_variables} - shared
-            norms[name + "_gradient_norm"] = tf.linalg.global_norm(
-                [gradient for gradient, variable in zip(gradients, variables, strict=True)
-                 if id(variable) in own])
-        return {"loss": loss, **optimizer.apply(gradients, variables), **norms}
+            parts_of[name] = [(gradient, variable) for gradient, variable
+                              in zip(gradients, variables, strict=True) if id(variable) in own]
+        norms = {name + "_gradient_norm": tf.linalg.global_norm([g for g, _ in pairs])
+                 for name, pairs in parts_of.items()}
+        if self._value_optimizer is None:
+            return {"loss": loss, **optimizer.apply(gradients, variables), **norms}
+        # Each network's part, clipped on its own (`value_optimizer`).
+        applied = [step.apply([g for g, _ in parts_of[name]], [v for _, v in parts_of[name]])
+                   for name, step in (("policy", optimizer), ("value", self._value_optimizer))]
+        joint = after([norm for result in applied for norm in result.values()],
+                      tf.linalg.global_norm(gradients))
+        return {"loss": loss, "gradient_norm": joint, **norms}
 
     def _replayed(self, batch, distribution=None):
         """The current policy's distribution on the batch's rows (`initial_state` zeros);
@@ -234,5 +248,31 @@ class IMPALA(OnPolicyAlgorithm):
         return parts.current_policy(self._networks, distribution, batch)
 
     def _scale_learning_rates(self, scale):
-        """The one optimizer's learning rate times `scale` (`lr_schedule`)."""
-        return self._policy_optimizer.scale_learning_rate(scale)
+        """The optimizers' learning rates times `scale` (`lr_schedule`)."""
+        return [assignment for optimizer in (self._policy_optimizer, self._value_optimizer)
+                if optimizer is not None for assignment in optimizer.scale_learning_rate(scale)]
+
+    def _separate_value_optimizer(self, config):
+        """The value network's own optimizer (`value_optimizer` at `value_lr`, clipped at
+        `max_gradient_norm` on its own), or None: one optimizer over both networks.
+
+        Raises:
+          ConfigError: `value_optimizer` with networks that share layers, or a rule of
+            either optimizer that does not step on gradients (only Adam, SGD and RMSprop:
+            the joint gradient is split between them).
+        """
+        spec = config.get("value_optimizer")
+        if spec is None:
+            return None
+        if parts.shared_torso(self._networks) is not None:
+            raise ConfigError(f"config key 'value_optimizer': {self.name}'s networks share "
+                              f"their layers (share_layers): one optimizer steps both")
+        value_optimizer = optimizers.create(spec, config.value_lr, config.max_gradient_norm,
+                                            "value_optimizer")
+        policy_spec = config.get("optimizer") or {"type": "adam"}
+        if not (value_optimizer.steps_on_gradients and optimizers.create(
+                policy_spec, config.policy_lr).steps_on_gradients):
+            raise ConfigError(f"config key 'value_optimizer': with it, {self.name} steps "
+                              f"each network on its part of one gradient, which adam, sgd "
+                              f"and rmsprop do (optimizer and value_optimizer)")
+        return value_optimizer

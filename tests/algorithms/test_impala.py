@@ -125,15 +125,10 @@ def test_acted_by_an_older_policy_its_weights_are_pi_over_the_stored_mu():
     assert float(got["rho_clipped"]) == pytest.approx(clipped, rel=1e-6)
 
 
-def test_the_gradient_norm_of_each_network_is_its_part_of_the_joint_gradient():
-    """`policy_gradient_norm` is the global norm of the policy loss's gradient on the
-    policy's variables, `value_gradient_norm` that of `value_coef` times the value loss's on
-    the value network's, each before clipping (here at 1e-3, far below both), as a tape on
-    losses written here from the NumPy n-step returns gives them (pi = mu: weights 1)."""
-    value_coef, entropy_coef = 0.5, 0.1
-    algo = _algorithm(value_coef=value_coef, entropy_coef=entropy_coef,
-                      max_gradient_norm=1e-3)
-    batch = _batch(algo)
+def _reference_gradients(algo, batch, value_coef, entropy_coef):
+    """{network: its variables' gradients} of IMPALA's loss with weights 1 (pi = mu), on
+    losses written here from the NumPy n-step returns: the policy loss's on the policy's
+    variables, `value_coef` times the value loss's on the value network's."""
     returns = _n_step_returns(batch).astype(np.float32)
     advantage = returns - batch["value"]
     networks, mask = algo.networks, tf.constant(MASK)
@@ -151,9 +146,25 @@ def test_the_gradient_norm_of_each_network_is_its_part_of_the_joint_gradient():
         policy_loss = valid_mean(-advantage * log_prob - entropy_coef * entropy)
         value_loss = value_coef * 0.5 * valid_mean(
             tf.square(returns - networks.value(batch["observ"])))
-    want = {name: float(tf.linalg.global_norm(tape.gradient(loss, network.trainable_variables)))
+    return {name: [g.numpy() for g in tape.gradient(loss, network.trainable_variables)]
             for name, loss, network in (("policy", policy_loss, networks.policy),
                                         ("value", value_loss, networks.value))}
+
+
+def _global_norm(arrays):
+    return float(np.sqrt(sum(np.sum(np.square(a, dtype=np.float64)) for a in arrays)))
+
+
+def test_the_gradient_norm_of_each_network_is_its_part_of_the_joint_gradient():
+    """`policy_gradient_norm` is the global norm of the policy loss's gradient on the
+    policy's variables, `value_gradient_norm` that of `value_coef` times the value loss's on
+    the value network's, each before clipping (here at 1e-3, far below both)."""
+    value_coef, entropy_coef = 0.5, 0.1
+    algo = _algorithm(value_coef=value_coef, entropy_coef=entropy_coef,
+                      max_gradient_norm=1e-3)
+    batch = _batch(algo)
+    want = {name: _global_norm(gradients) for name, gradients in
+            _reference_gradients(algo, batch, value_coef, entropy_coef).items()}
 
     got = algo.update({key: tf.constant(value) for key, value in batch.items()})
     for name in ("policy", "value"):
@@ -232,3 +243,45 @@ def test_rho_bar_and_c_bar_truncate_where_eq_1_puts_them():
     np.testing.assert_allclose(got["advantage"].numpy() * MASK, advantage,
                                rtol=1e-5, atol=1e-5)
     assert float(got["mean_return"]) == pytest.approx(_valid_mean(target), rel=1e-5)
+
+
+def test_a_value_optimizer_steps_the_value_networks_part_clipped_on_its_own():
+    """With `value_optimizer`, plain SGD steps here: each network's variables move by its
+    own learning rate times its part of the gradient, clipped to `max_gradient_norm` on
+    its own global norm (the joint norm would cut the smaller part with the larger)."""
+    value_coef, entropy_coef, clip = 0.5, 0.0, 0.05
+    algo = _algorithm(value_coef=value_coef, entropy_coef=entropy_coef, policy_lr=0.1,
+                      value_lr=0.2, max_gradient_norm=clip, optimizer={"type": "sgd"},
+                      value_optimizer={"type": "sgd"})
+    batch = _batch(algo)
+    gradients = _reference_gradients(algo, batch, value_coef, entropy_coef)
+    networks = {"policy": algo.networks.policy, "value": algo.networks.value}
+    before = {name: [v.numpy() for v in network.trainable_variables]
+              for name, network in networks.items()}
+    algo.update({key: tf.constant(value) for key, value in batch.items()})
+    for name, rate in (("policy", 0.1), ("value", 0.2)):
+        norm = _global_norm(gradients[name])
+        assert norm > clip, "clipped"
+        for start, gradient, variable in zip(before[name], gradients[name],
+                                             networks[name].trainable_variables, strict=True):
+            np.testing.assert_allclose(variable.numpy(), start - rate * gradient * clip / norm,
+                                       rtol=1e-4, atol=1e-6)
+    assert "value_optimizer" in algo.checkpoint_state
+
+
+def test_a_value_optimizer_with_shared_layers_is_a_config_error():
+    from batchrl import networks
+    from batchrl.environments.in_graph import InGraphBatchEnv
+    from batchrl.environments.local import BatchEnv
+    from batchrl.environments.mock import MockEnvironment
+    from batchrl.errors import ConfigError
+
+    config = configs.load("default", {
+        "algorithm": "impala", "rollout_length": 5, "share_layers": True,
+        "network": [{"type": "dense", "units": 8}], "value_optimizer": {"type": "adam"}})
+    config.update(network=networks.constructor(config.network), max_length=10)
+    batch_env = InGraphBatchEnv(BatchEnv([MockEnvironment((3,), (2,), 2, 10)], blocking=True))
+    with pytest.raises(ConfigError, match="^config key 'value_optimizer': impala's networks "
+                                          "share their layers"):
+        IMPALA(batch_env, tf.Variable(0, dtype=tf.int64), tf.Variable(True),
+               tf.Variable(False), config)
