@@ -34,24 +34,24 @@ class APPO(IMPALA):
     surrogate's ratio weighs them), normalizes the advantages over the batch, then takes
     `update_epochs` epochs of steps of the optimizer (`optimizer`, null: Adam at
     `policy_lr`; with `value_optimizer`, the value network's at `value_lr`, as
-    `IMPALA._joint_step` says) over the variables of both networks: each epoch shuffles
-    the batch's rows (each an environment's `rollout_length` steps) and takes one step per
+    `IMPALA._joint_step` says) over the variables of both networks: each epoch shuffles the
+    batch's rows (each an environment's `rollout_length` steps) and takes one step per
     minibatch of `batch_size` rows (null: one step on all; rows beyond a multiple of
-    `batch_size` sit that epoch out), each on `policy loss + value_coef * value loss`: the policy loss is
-    `batchrl.algorithms.ppo.losses.policy_loss` with the ratio pi / mu to the stored
-    behaviour policy mu (the one that acted, up to `max_policy_lag` versions old), the
-    clipped surrogate with `clip_ratio` (epsilon), else the surrogate with the KL penalty
-    (`kl_init_penalty`) and the cut-off (`kl_cutoff_factor`, `kl_cutoff_coef`) on the KL
-    from pi_old, the policy as it was at the update's start (its parameters computed once
-    on the batch before the first step: APPO's "old policy", BatchPPO's `kl_reference:
+    `batch_size` sit that epoch out), each on `policy loss + value_coef * value loss`: the
+    policy loss is `batchrl.algorithms.ppo.losses.policy_loss` with the ratio pi / mu to the
+    stored behaviour policy mu (the one that acted, up to `max_policy_lag` versions old),
+    the clipped surrogate with `clip_ratio` (epsilon), else the surrogate with the KL
+    penalty (`kl_init_penalty`) and the cut-off (`kl_cutoff_factor`, `kl_cutoff_coef`) on
+    the KL from pi_old, the policy as it was at the update's start (its parameters computed
+    once on the batch before the first step: APPO's "old policy", BatchPPO's `kl_reference:
     update_start`), to the current one; the entropy bonus `entropy_coef`; the value loss
     half the mean squared error to v_s. After the update, the penalty is adapted as PPO
     adapts it (`losses.adapted_penalty`: times 1.5 above 1.3 `kl_target`, divided by 1.5
-    below 0.7 `kl_target`) on the mean KL(pi_old || pi) of the updated policy. The KL
-    from mu would measure the policy lag besides the update (it grows with the lag
-    whatever the update does, docs/algorithms.md has figures), so that the penalty would
-    grow with `max_policy_lag`; the ratio pi / mu, which the surrogate and V-trace need,
-    is the only place mu enters.
+    below 0.7 `kl_target`) on the mean KL(pi_old || pi) of the updated policy. The KL from
+    mu would measure the policy lag besides the update (it grows with the lag whatever the
+    update does, docs/algorithms.md has figures), so that the penalty would grow with
+    `max_policy_lag`; the ratio pi / mu, which the surrogate and V-trace need, is the only
+    place mu enters.
 
     With `update_epochs` 1 and no `batch_size`, a step on a batch that the updated policy
     acted itself (ratio 1; the clip is then not reached) has the gradient of IMPALA's

@@ -105,9 +105,11 @@ class IMPALA(OnPolicyAlgorithm):
                              "rollout_length (e.g. 20)")
         self.check_config(config)
         super().__init__(batch_env, step, is_training, should_log, config)
-        self._build_optimizers(optimizers.create(
+        policy_optimizer = optimizers.create(
             config.get("optimizer") or {"type": "adam"}, config.policy_lr,
-            config.max_gradient_norm, "optimizer"), self._separate_value_optimizer(config))
+            config.max_gradient_norm, "optimizer")
+        self._build_optimizers(
+            policy_optimizer, self._separate_value_optimizer(config, policy_optimizer))
         self._learn = self._compile(self._fragment_update)
         self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
@@ -252,9 +254,10 @@ class IMPALA(OnPolicyAlgorithm):
         return [assignment for optimizer in (self._policy_optimizer, self._value_optimizer)
                 if optimizer is not None for assignment in optimizer.scale_learning_rate(scale)]
 
-    def _separate_value_optimizer(self, config):
+    def _separate_value_optimizer(self, config, policy_optimizer):
         """The value network's own optimizer (`value_optimizer` at `value_lr`, clipped at
-        `max_gradient_norm` on its own), or None: one optimizer over both networks.
+        `max_gradient_norm` on its own) beside `policy_optimizer`, or None: one optimizer
+        over both networks.
 
         Raises:
           ConfigError: `value_optimizer` with networks that share layers, or a rule of
@@ -269,9 +272,7 @@ class IMPALA(OnPolicyAlgorithm):
                               f"their layers (share_layers): one optimizer steps both")
         value_optimizer = optimizers.create(spec, config.value_lr, config.max_gradient_norm,
                                             "value_optimizer")
-        policy_spec = config.get("optimizer") or {"type": "adam"}
-        if not (value_optimizer.steps_on_gradients and optimizers.create(
-                policy_spec, config.policy_lr).steps_on_gradients):
+        if not (value_optimizer.steps_on_gradients and policy_optimizer.steps_on_gradients):
             raise ConfigError(f"config key 'value_optimizer': with it, {self.name} steps "
                               f"each network on its part of one gradient, which adam, sgd "
                               f"and rmsprop do (optimizer and value_optimizer)")
