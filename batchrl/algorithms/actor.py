@@ -97,7 +97,7 @@ class OnPolicyActor(Actor):
     Attributes:
       state_size: int, the size of the policy's recurrent state (0: feed-forward).
       param_shapes: dict of str to tuple, the shape of each of the distribution's
-        parameters for one step (e.g. `mean` and `std` `(action_dim,)`).
+        parameters for one step (e.g. `mean` and `logstd` `(action_dim,)`).
       num_agents: int or None, the agents it keeps acting state for.
     """
 
