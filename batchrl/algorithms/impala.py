@@ -16,7 +16,6 @@ from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
 from batchrl.errors import ConfigError
 from batchrl.optimizers import base as optimizer_base
-from batchrl.tools.graph import after
 
 
 def impala_loss(policy, value, batch, *, value_coef, entropy_coef):
@@ -227,15 +226,18 @@ class IMPALA(OnPolicyAlgorithm):
             own = {id(variable) for variable in network.trainable_variables} - shared
             parts_of[name] = [(gradient, variable) for gradient, variable
                               in zip(gradients, variables, strict=True) if id(variable) in own]
-        norms = {name + "_gradient_norm": tf.linalg.global_norm([g for g, _ in pairs])
-                 for name, pairs in parts_of.items()}
         if self._value_optimizer is None:
+            norms = {name + "_gradient_norm": tf.linalg.global_norm([g for g, _ in pairs])
+                     for name, pairs in parts_of.items()}
             return {"loss": loss, **optimizer.apply(gradients, variables), **norms}
-        # Each network's part, clipped on its own (`value_optimizer`).
-        applied = [step.apply([g for g, _ in parts_of[name]], [v for _, v in parts_of[name]])
-                   for name, step in (("policy", optimizer), ("value", self._value_optimizer))]
-        joint = after([norm for result in applied for norm in result.values()],
-                      tf.linalg.global_norm(gradients))
+        # Each network's part, clipped on its own (`value_optimizer`); the parts' norms are
+        # those the two steps measured, and the joint norm theirs together (disjoint parts).
+        norms = {}
+        for name, step in (("policy", optimizer), ("value", self._value_optimizer)):
+            pairs = parts_of[name]
+            norms[name + "_gradient_norm"] = step.apply(
+                [g for g, _ in pairs], [v for _, v in pairs])["gradient_norm"]
+        joint = tf.sqrt(tf.add_n([tf.square(norm) for norm in norms.values()]))
         return {"loss": loss, "gradient_norm": joint, **norms}
 
     def _replayed(self, batch, distribution=None):
