@@ -287,11 +287,10 @@ def test_on_policy_algorithms_take_every_preset(algorithm):
 def test_the_registry_agrees_with_the_algorithm_classes():
     """The registry (`batchrl.algorithms.registry`, read without TensorFlow) against the
     classes it names (TensorFlow): its families, the presets and recurrent layers each
-    builds (the tables above, by hand), what its actors send (IMPALA's fragments, Ape-X's
-    transitions), and the configs' algorithms."""
+    builds (the tables above, by hand), what its actors send (the on-policy algorithms'
+    fragments, Ape-X's transitions), and the configs' algorithms."""
     from batchrl import build
     from batchrl.algorithms import registry
-    from batchrl.algorithms.impala import IMPALA
     from batchrl.algorithms.off_policy import OffPolicyAlgorithm
     from batchrl.algorithms.on_policy import OnPolicyAlgorithm
     from batchrl.networks import NETWORKS
@@ -306,8 +305,8 @@ def test_the_registry_agrees_with_the_algorithm_classes():
         assert entry.family == ("off_policy" if off else "on_policy")
         assert entry.presets == OFF_POLICY_TAKES.get(name, PRESETS)
         assert entry.recurrent == (name in ON_POLICY)
-        assert entry.actors == ("transitions" if off else
-                                "fragments" if issubclass(cls, IMPALA) else None)
+        assert entry.actors == cls.actors == ("transitions" if off else "fragments")
+        assert registry.actors(name) == entry.actors
 
 
 @pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))

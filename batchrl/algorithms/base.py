@@ -41,10 +41,17 @@ class Algorithm(abc.ABC):
       config_keys: frozenset of str, the config keys the algorithm reads besides those of
         the run (`batchrl.build.algorithm_class` refuses a config that sets another
         algorithm's key that this one does not read); a subclass sets it.
+      actors: what the algorithm's Ray actors record and send to `learn` (config key
+        `actors` above 0): "fragments" (rollouts; every `OnPolicyAlgorithm` that reads
+        `rollout_length` says so by itself), "transitions" (Ape-X's, the
+        `OffPolicyAlgorithm`s), or None: it does not learn from actors. The registry's
+        entries say the same (`batchrl.algorithms.registry`), for readers without
+        TensorFlow.
     """
 
     name = "algorithm"
     config_keys = frozenset()
+    actors = None
 
     def __init__(self, batch_env, step, is_training, should_log, config):
         self._batch_env = batch_env
@@ -109,8 +116,8 @@ class Algorithm(abc.ABC):
           dict: `updates` (int, the updates made) and the update's diagnostics (tensors).
 
         Raises:
-          NotImplementedError: the algorithm does not learn from actors (the registry's
-            `actors` is None for it).
+          NotImplementedError: the algorithm does not learn from actors (its `actors` is
+            None).
         """
         raise NotImplementedError(f"{type(self).__name__} does not learn from actors' "
                                   f"recordings")

@@ -26,7 +26,7 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
     # when there is no value loss.
     config_keys = OnPolicyAlgorithm.config_keys | {
         "policy_lr", "value_lr", "optimizer", "value_optimizer", "max_gradient_norm",
-        "jit_update", "lr_schedule"}
+        "jit_update", "lr_schedule", "rollout_length"}
     default_optimizer = {"type": "adam"}
     default_value_optimizer = {"type": "adam"}
 
@@ -93,12 +93,23 @@ class FunctionalAlgorithm(OnPolicyAlgorithm):
         `OnPolicyAlgorithm._memory_batch` with `done`, `terminated` and `initial_state`
         (and without a recurrent policy's `state`)."""
         batch = super()._memory_batch()
+        if self._rollout_length:  # `_rollout_batch` has made it.
+            return batch
         batch.pop("state", None)  # Episodes are replayed from their start.
         length = batch["length"]
         last = tf.equal(tf.range(self._memory_length)[None, :], length[:, None] - 1)
         batch.update(
             done=last, terminated=tf.logical_and(last, self._memory_terminated[:, None]),
             initial_state=tf.zeros([self._config.update_every, self._state_size]))
+        return batch
+
+    def _rollout_batch(self, rows, observ, next_observ, length):
+        """The batch of rows of `rollout_length` steps (this process's memory, or an
+        actor's fragment: `learn`), with `initial_state` (zeros: a feed-forward policy's
+        rows are replayed as they are; `OnPolicyAlgorithm` refuses a recurrent one with
+        `rollout_length`)."""
+        batch = super()._rollout_batch(rows, observ, next_observ, length)
+        batch["initial_state"] = tf.zeros([tf.shape(observ)[0], self._state_size])
         return batch
 
 
@@ -161,6 +172,14 @@ def build_algorithm(name, loss_fn, postprocess_fn=None, value_loss_fn=None, opti
     the parameters of the policy that acted at each step; `old_policy_<param>`, those of
     the policy when this update began. Entries are zero beyond each episode's length
     unless masked otherwise. Gradients do not flow into the batch.
+
+    With `rollout_length` (a feed-forward policy), the memory holds the last
+    `rollout_length` steps of every agent instead, rows that run across episode ends: `E`
+    is the number of agents and `T` is `rollout_length`; `next_value` float32 `[E, T]`
+    (V(s_{t+1}): of the final observation where an episode ended) replaces `bootstrap`,
+    and `done` and `terminated` mark the ends inside the rows (`parts.gae` reads either
+    form). Such an algorithm also learns from Ray actors' fragments (config key `actors`;
+    `OnPolicyAlgorithm.learn`) with no code of its own.
 
     Args:
       name: the algorithm's name (letters, digits, `_`, `-`, `.`): the class name and the

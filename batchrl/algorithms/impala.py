@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from batchrl import optimizers
 from batchrl.algorithms import parts
-from batchrl.algorithms.advantage import masked, masked_mean, sequence_mask
+from batchrl.algorithms.advantage import masked, masked_mean
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.algorithms.vtrace import vtrace
 from batchrl.errors import ConfigError
@@ -109,53 +109,6 @@ class IMPALA(OnPolicyAlgorithm):
             config.max_gradient_norm, "optimizer")
         self._build_optimizers(
             policy_optimizer, self._separate_value_optimizer(config, policy_optimizer))
-        self._learn = self._compile(self._fragment_update)
-        self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
-
-    def learn(self, recording, log=False):
-        """One update on a fragment that an actor recorded (`recording`,
-        `batchrl.distributed.fragment.FragmentRecorder.record`: raw observations, rewards,
-        the behaviour policy's parameters, `[rows, rollout_length, ...]`) instead of this
-        process's memory: the observations are normalized with the statistics as they
-        are, which the fragment's valid steps then update, as they update the reward
-        normalizer's. With `log`, the update's summaries (those of an update in this
-        process: `_train`) go to the default summary writer at its default step. Returns
-        the diagnostics of `update` (tensors) and `updates`: 1.
-
-        Raises:
-          ValueError: `normalize_reward` with `reward_normalizer: return` (an agent's
-            discounted return runs across fragments; the learner sees only one).
-        """
-        if self._config.normalize_reward and self._config.reward_normalizer != "reward":
-            raise ValueError("impala learns from fragments with reward_normalizer: reward")
-        return {**self._learn_and_log(recording, tf.constant(bool(log))), "updates": 1}
-
-    def _fragment_learn(self, fragment, log):
-        """`learn`'s function: the update (`_learn`, compiled with XLA under `jit_update`),
-        then its summaries while `log`."""
-        result = self._learn(fragment)
-        with tf.control_dependencies(self._update_summaries(result, log)):
-            return {key: tf.identity(value) for key, value in result.items()}
-
-    def _fragment_update(self, fragment):
-        """`update` on the batch of a fragment, with the keys of `_memory_batch`."""
-        length = tf.convert_to_tensor(fragment["length"], tf.int32)
-        reward = tf.convert_to_tensor(fragment["reward"], tf.float32)
-        mask = sequence_mask(length, tf.shape(reward)[1])
-        with tf.control_dependencies(self._schedule_learning_rates()):
-            observ = self._normalized(fragment["observ"])
-            next_observ = self._normalized(fragment["next_observ"])
-        valid = mask > 0
-        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid))]
-        if not self._raw_observ:
-            with tf.control_dependencies([observ, next_observ]):
-                statistics.append(self._observ_filter.update(
-                    tf.boolean_mask(fragment["observ"], valid)))
-        with tf.control_dependencies(statistics):
-            rows = dict(fragment, reward=reward,
-                        done=tf.convert_to_tensor(fragment["done"], tf.bool))
-            batch = self._rollout_batch(rows, observ, next_observ, length)
-        return self.update(batch)
 
     def update(self, batch):
         """One update on a batch of `_memory_batch`'s keys (rows of `rollout_length` steps).

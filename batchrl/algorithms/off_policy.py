@@ -141,6 +141,7 @@ class OffPolicyAlgorithm(Algorithm):
     # The acting half (`batchrl.algorithms.actor.OffPolicyActor`): policy model, observation
     # filter, exploration; `perform` and `policy_action` act through it (`actor`).
     actor_class = None
+    actors = "transitions"  # Ape-X (`batchrl.distributed.transitions`).
     # Polyak averaging every update at rate 0.005 (Fujimoto et al. 2018, sec. 6.1; Haarnoja
     # et al. 2018, arXiv:1812.05905, table 1).
     default_target_update_rate = 0.005

@@ -6,6 +6,7 @@ in TensorFlow", arXiv:1709.02878, section 4 (episodes kept in variables, trained
 graph); Heess et al., arXiv:1707.02286 (streaming normalization).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms import advantage as advantage_lib
@@ -102,6 +103,13 @@ class OnPolicyAlgorithm(Algorithm):
         "reward_clip", "reward_normalizer", "network", "init_std", "init_mean_factor",
         "orthogonal_init"})
 
+    def __init_subclass__(cls, **kwargs):
+        """An on-policy algorithm that reads `rollout_length` learns from actors'
+        fragments (`learn`), unless its class says otherwise (`actors`)."""
+        super().__init_subclass__(**kwargs)
+        if "actors" not in vars(cls):
+            cls.actors = "fragments" if "rollout_length" in cls.config_keys else None
+
     def __init__(self, batch_env, step, is_training, should_log, config):
         super().__init__(batch_env, step, is_training, should_log, config)
         num_agents = len(batch_env)
@@ -184,6 +192,9 @@ class OnPolicyAlgorithm(Algorithm):
         # With `jit_update`, XLA compiles the update's many small ops (minibatch steps of
         # small networks) into a few kernels.
         self._update = self._compile(self._memory_update)
+        # What `learn` runs on an actor's fragment (rows of `rollout_length` steps).
+        self._learn = self._compile(self._fragment_update)
+        self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
     @property
     def checkpoint_state(self):
@@ -399,6 +410,72 @@ class OnPolicyAlgorithm(Algorithm):
         with tf.control_dependencies(cleared):
             return {key: tf.identity(value) for key, value in results.items()}
 
+    def learn(self, recording, log=False):
+        """One update on a fragment that an actor recorded (`recording`,
+        `batchrl.distributed.fragment.FragmentRecorder.record`: raw observations, rewards,
+        the behaviour policy's parameters, `[rows, rollout_length, ...]`, any number of
+        rows) instead of this process's memory: the fragment becomes the batch that a
+        memory of rollouts gives (`_rollout_batch`, the same keys) and `update(batch)`
+        runs on it once. The observations are normalized with the statistics as they are,
+        which the fragment's valid steps then update, as they update the reward
+        normalizer's. With `log`, the update's summaries (those of an update in this
+        process: `_train`) go to the default summary writer at its default step. Returns
+        the diagnostics of `update` (tensors) and `updates`: 1.
+
+        Every on-policy algorithm that reads `rollout_length` learns so (the registry's
+        `actors: fragments`); the update is the same function as in one process, so an
+        algorithm whose update does not assume its own policy acted (IMPALA's V-trace,
+        APPO; PPO's and the `build_algorithm` losses' ratios are taken to the stored
+        policy that acted) learns from lagged fragments as it would in one process.
+
+        Raises:
+          NotImplementedError: the algorithm does not read `rollout_length` (it learns
+            from whole episodes only).
+          ValueError: `rollout_length` is null, or `normalize_reward` with
+            `reward_normalizer: return` (an agent's discounted return runs across
+            fragments; the learner sees only one).
+        """
+        if "rollout_length" not in self.config_keys:
+            return super().learn(recording, log)
+        if not self._rollout_length:
+            raise ValueError(f"{self.name} learns from fragments with rollout_length set")
+        if self._config.normalize_reward and self._config.reward_normalizer != "reward":
+            raise ValueError(f"{self.name} learns from fragments with reward_normalizer: "
+                             f"reward")
+        padding = self._memory_length - np.shape(recording["reward"])[1]
+        if padding > 0:  # PPO's `chunk_length` does not divide `rollout_length`.
+            recording = {key: value if key == "length" else np.pad(
+                value, [(0, 0), (0, padding)] + [(0, 0)] * (np.ndim(value) - 2))
+                for key, value in recording.items()}
+        return {**self._learn_and_log(recording, tf.constant(bool(log))), "updates": 1}
+
+    def _fragment_learn(self, fragment, log):
+        """`learn`'s function: the update (`_learn`, compiled with XLA under `jit_update`),
+        then its summaries while `log`."""
+        result = self._learn(fragment)
+        with tf.control_dependencies(self._update_summaries(result, log)):
+            return {key: tf.identity(value) for key, value in result.items()}
+
+    def _fragment_update(self, fragment):
+        """`update` on the batch of a fragment, with the keys of `_memory_batch`."""
+        length = tf.convert_to_tensor(fragment["length"], tf.int32)
+        reward = tf.convert_to_tensor(fragment["reward"], tf.float32)
+        mask = advantage_lib.sequence_mask(length, tf.shape(reward)[1])
+        with tf.control_dependencies(self._schedule_learning_rates()):
+            observ = self._normalized(fragment["observ"])
+            next_observ = self._normalized(fragment["next_observ"])
+        valid = mask > 0
+        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid))]
+        if not self._raw_observ:
+            with tf.control_dependencies([observ, next_observ]):
+                statistics.append(self._observ_filter.update(
+                    tf.boolean_mask(fragment["observ"], valid)))
+        with tf.control_dependencies(statistics):
+            rows = dict(fragment, reward=reward,
+                        done=tf.convert_to_tensor(fragment["done"], tf.bool))
+            batch = self._rollout_batch(rows, observ, next_observ, length)
+        return self.update(batch)
+
     def _memory_batch(self):
         """The memory's `E = update_every` episodes, padded to `T = memory_length` steps, as
         a dict of tensors: `observ` float32 `[E, T, *observation_shape]` (normalized);
@@ -520,8 +597,9 @@ class OnPolicyAlgorithm(Algorithm):
                 + self._value_optimizer.scale_learning_rate(scale))
 
     def _replay(self, observ):
-        """The current policy's parameters on whole episodes of the memory, replayed from
-        the zero state; dict of `[memory_rows, memory_length, ...]`."""
+        """The current policy's parameters on the rows of a batch (`[rows, time,
+        *observation_shape]`: whole episodes of the memory, or rollouts of a feed-forward
+        policy), replayed from the zero state; dict of `[rows, time, ...]`."""
         params, _ = self._networks.policy(
-            observ, tf.zeros([self._memory_rows, self._state_size]))
+            observ, tf.zeros([tf.shape(observ)[0], self._state_size]))
         return params

@@ -21,9 +21,11 @@ class Entry:
       family: "on_policy" (learns from rollouts of every agent) or "off_policy" (from a
         replay memory).
       actors: what its Ray actors send the learner with `actors` above 0: "fragments"
-        (IMPALA's and APPO's rollouts, `batchrl.distributed.fragment`), "transitions"
-        (Ape-X's n-step transitions with first priorities,
-        `batchrl.distributed.transitions`), or None (it does not learn from actors).
+        (rollouts of `rollout_length` steps, `batchrl.distributed.fragment`: every
+        on-policy algorithm that reads `rollout_length`), "transitions" (Ape-X's n-step
+        transitions with first priorities, `batchrl.distributed.transitions`: the
+        off-policy ones), or None (it does not learn from actors); the class's own
+        `actors` attribute (`batchrl.algorithms.base.Algorithm.actors`) says the same.
       presets: the presets of config key `network` it builds (tuple of str); declared
         layers it takes always.
       recurrent: bool, whether it trains a declared network whose last layer is a `gru`
@@ -50,9 +52,9 @@ class Entry:
 # would not build.
 _FEED_FORWARD = ("feed_forward_gaussian",)
 _ENTRIES = (
-    Entry("ppo", "batchrl.algorithms.ppo:PPO", "on_policy", None, PRESETS, True),
-    Entry("trpo", "batchrl.algorithms.trpo:TRPO", "on_policy", None, PRESETS, True),
-    Entry("a2c", "batchrl.algorithms.a2c:A2C", "on_policy", None, PRESETS, True),
+    Entry("ppo", "batchrl.algorithms.ppo:PPO", "on_policy", "fragments", PRESETS, True),
+    Entry("trpo", "batchrl.algorithms.trpo:TRPO", "on_policy", "fragments", PRESETS, True),
+    Entry("a2c", "batchrl.algorithms.a2c:A2C", "on_policy", "fragments", PRESETS, True),
     Entry("impala", "batchrl.algorithms.impala:IMPALA", "on_policy", "fragments", PRESETS,
           True),
     Entry("appo", "batchrl.algorithms.appo:APPO", "on_policy", "fragments", PRESETS, True),
@@ -78,6 +80,22 @@ def names(**declared):
     registry's order: e.g. `names(recurrent=True)`, `names(actors="fragments")`."""
     return tuple(item.name for item in _ENTRIES
                  if all(getattr(item, key) == value for key, value in declared.items()))
+
+
+def actors(name):
+    """What the actors of algorithm `name` (a config's `algorithm`) send the learner: its
+    entry's `actors`, or for a `module:NAME` class outside the registry the class's own
+    `actors` attribute (this imports its module; None when it cannot be imported or
+    declares none: `batchrl.build.algorithm_class` says why)."""
+    item = entry(name)
+    if item is not None:
+        return item.actors
+    module, _, attribute = name.partition(":")
+    try:
+        return getattr(getattr(importlib.import_module(module), attribute, None), "actors",
+                       None)
+    except ImportError:
+        return None
 
 
 def with_actors():

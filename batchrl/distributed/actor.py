@@ -19,11 +19,10 @@ from batchrl.algorithms import registry
 
 
 def sends(algorithm):
-    """What the actors of `algorithm` (a config's `algorithm`) send the learner, as its
-    registry entry declares (`batchrl.algorithms.registry.Entry.actors`): "fragments",
-    "transitions" (Ape-X), or None (it does not learn from actors)."""
-    entry = registry.entry(algorithm)
-    return None if entry is None else entry.actors
+    """What the actors of `algorithm` (a config's `algorithm`) send the learner, as it
+    declares (`batchrl.algorithms.registry.actors`): "fragments", "transitions" (Ape-X),
+    or None (it does not learn from actors)."""
+    return registry.actors(algorithm)
 
 
 def actor_class(algorithm):

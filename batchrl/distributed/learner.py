@@ -33,10 +33,11 @@ def check(config):
             f"({config.broadcast_every}): max_policy_lag must be at least broadcast_every - 1, "
             f"or fragments acted with the newest weights are dropped before the next "
             f"publication")
-    if config.algorithm not in registry.with_actors():
+    if registry.actors(config.algorithm) is None:
         raise configs.ConfigError(
             f"config key 'actors': algorithm {config.algorithm!r} does not learn from actors; "
-            f"choices: {', '.join(registry.with_actors())} (or actors: 0)")
+            f"choices: {', '.join(registry.with_actors())}, an algorithm of build_algorithm, "
+            f"or actors: 0")
     if not config.rollout_length:
         raise configs.ConfigError("config key 'actors' needs rollout_length (the steps per "
                                   "agent of an actor's fragment, e.g. 20)")

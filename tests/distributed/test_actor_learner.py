@@ -9,6 +9,8 @@ import pytest
 import tensorflow as tf
 
 from batchrl import build, configs, environments
+from batchrl.algorithms import a2c, parts, registry
+from batchrl.algorithms.builder import build_algorithm
 from batchrl.distributed import actor as actor_lib
 from batchrl.distributed import learner as learner_lib
 from batchrl.distributed.pool import Fragment
@@ -215,6 +217,32 @@ def test_a_fragment_dropped_for_lag_makes_the_learner_publish_so_it_never_stalls
             "lag;") in line
 
 
+# A user's algorithm outside the registry (config `algorithm: MODULE:USER_PG`).
+USER_PG = build_algorithm("user_pg", a2c.actor_loss, parts.gae_postprocess, parts.value_loss)
+
+
+@pytest.mark.timeout(120)
+def test_an_algorithm_of_build_algorithm_learns_from_actors_with_no_code_of_its_own(tmp_path):
+    """A user's `build_algorithm` algorithm, named `module:NAME`, declares fragments (it
+    reads `rollout_length`); the learner's check accepts it, and its loop takes an actor's
+    fragments and makes one update of it on each, with its summaries."""
+    name = f"{__name__}:USER_PG"
+    assert registry.actors(name) == "fragments"
+    config = configs.load("default", {
+        "env": "CartPole-v1", "algorithm": name, "network": "feed_forward_categorical",
+        "policy_layers": [8], "value_layers": [8], "envs_per_actor": ENVS,
+        "rollout_length": LENGTH, "num_agents": 2, "actors": 1, "env_backend": "local"})
+    learner_lib.check(config)
+    pool = StalePool(config, [0])
+    loop, built = _loop(tmp_path, config, pool, 3, broadcast_every=1, max_policy_lag=None)
+    before = built.algo.actor.get_weights()
+    loop.run()
+    assert loop.version == 3 and pool.calls == 3
+    assert int(built.step.numpy()) == 3 * ENVS * LENGTH
+    assert not np.allclose(built.algo.actor.get_weights()[0], before[0])
+    assert _scalars(tmp_path / "train", "user_pg/policy/loss"), "the updates' summaries"
+
+
 def _scalars(logdir, tag):
     from tensorboard.backend.event_processing import event_accumulator
 
@@ -226,8 +254,16 @@ def _scalars(logdir, tag):
     return [float(tf.make_ndarray(event.tensor_proto)) for event in accumulator.Tensors(tag)]
 
 
+class EpisodesOnly:
+    """An algorithm of the four methods only (`build` accepts it: duck typing); it declares
+    no `actors`."""
+
+    begin_episodes = perform = experience = end_episodes = None
+
+
 @pytest.mark.parametrize("overrides, message", [
-    ({"algorithm": "ppo", "rollout_length": None}, "algorithm 'ppo' does not learn from"),
+    ({"algorithm": f"{__name__}:EpisodesOnly"},
+     f"algorithm '{__name__}:EpisodesOnly' does not learn from actors; choices: "),
     ({"rollout_length": None}, "needs rollout_length"),
     ({"normalize_reward": True, "reward_normalizer": "return"}, "reward_normalizer: reward"),
     ({"max_policy_lag": 0, "broadcast_every": 4},

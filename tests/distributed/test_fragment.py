@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from batchrl import configs
+from batchrl import build, configs
 from batchrl.algorithms import APPO, IMPALA
 from batchrl.algorithms.actor import OnPolicyActor
 from batchrl.distributed.fragment import FragmentRecorder, compact, expand
@@ -81,27 +81,37 @@ def test_a_fragment_holds_the_steps_as_the_agents_took_them():
     assert np.abs(first["action"] - first["policy_mean"]).max() > 0, "actions are sampled"
 
 
-@pytest.mark.parametrize("network", [feed_forward_gaussian, recurrent_gaussian])
-def test_one_actor_without_lag_learns_as_impala_in_one_process(network):
-    """The learner builds its batch from fragments as the in-process `impala` builds it from
-    its memory: with the learner's weights copied into the actor before every fragment
-    (policy lag 0), both end with the same weights, to float32 rounding; a recurrent
-    policy's states run on across fragments and rows on both sides."""
-    config = _config(network)
-    in_process = _algorithm(config)
+@pytest.mark.parametrize("algorithm, network, fragments", [
+    ("impala", feed_forward_gaussian, FRAGMENTS), ("impala", recurrent_gaussian, FRAGMENTS),
+    ("a2c", feed_forward_gaussian, FRAGMENTS), ("trpo", feed_forward_gaussian, FRAGMENTS),
+    # PPO shuffles its minibatches with the generator that also samples its actions in one
+    # process: from the second rollout on, the actor (which only samples) draws others.
+    ("ppo", feed_forward_gaussian, 1)])
+def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
+        algorithm, network, fragments):
+    """The learner builds its batch from fragments as the in-process algorithm builds it
+    from its memory of rollouts (`rollout_length`), and `update` is the same function:
+    with the learner's weights copied into the actor before every fragment (policy lag 0),
+    both end with the same weights, to float32 rounding; a recurrent policy's states run on
+    across fragments and rows on both sides. Every on-policy algorithm that reads
+    `rollout_length` learns so, those of `build_algorithm` (a2c, trpo) included."""
+    config = _config(network, algorithm=algorithm, update_epochs=2)
+    algorithm_class = build.ALGORITHMS[algorithm]
+    assert algorithm_class.actors == "fragments"
+    in_process = _algorithm(config, algorithm_class)
 
     @tf.function(autograph=False)
     def run():
-        return simulate_steps(in_process._batch_env, in_process, LENGTH * FRAGMENTS,
+        return simulate_steps(in_process._batch_env, in_process, LENGTH * fragments,
                               False, False)
 
     episode_state(in_process._batch_env)
     run()
 
-    learner = _algorithm(config)
+    learner = _algorithm(config, algorithm_class)
     recorder, actor, _ = _recorder(config)
     initial = learner.actor.get_weights()
-    for _ in range(FRAGMENTS):
+    for _ in range(fragments):
         actor.set_weights(learner.actor.get_weights())
         learner.learn(expand(recorder.collect()))
     changed = False
@@ -157,15 +167,21 @@ def test_a_recurrent_policy_replayed_from_its_stored_states_acts_as_it_acted(
 
 
 def test_an_algorithm_that_does_not_learn_from_actors_says_so():
-    """`learn` is the one way into learning from actors; PPO (the registry gives it no
-    actors) refuses a fragment in one line naming itself."""
+    """`learn` is the one way into learning from actors; an on-policy algorithm that does
+    not read `rollout_length` (it learns from whole episodes only) declares no actors and
+    refuses a fragment in one line naming itself."""
     from batchrl.algorithms import PPO
 
+    class Episodes(PPO):
+        config_keys = PPO.config_keys - {"rollout_length"}
+
+    assert Episodes.actors is None and PPO.actors == "fragments"
     config = _config()
     fragment = expand(_recorder(config)[0].collect())
-    ppo = _algorithm(configs.Config(config, update_epochs=1, rollout_length=LENGTH), PPO)
-    with pytest.raises(NotImplementedError, match="^PPO does not learn from actors'"):
-        ppo.learn(fragment)
+    episodes = _algorithm(configs.Config(config, update_epochs=1, rollout_length=None),
+                          Episodes)
+    with pytest.raises(NotImplementedError, match="^Episodes does not learn from actors'"):
+        episodes.learn(fragment)
 
 
 def test_the_learner_bootstraps_with_the_value_of_the_observation_after_each_step(

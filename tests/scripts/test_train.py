@@ -420,7 +420,7 @@ def test_help_names_every_algorithm(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name in ("BatchPPO", "TRPO", "A2C", "SAC", "TD3", "DQN", "config key algorithm"):
         assert name in text, name
-    # The actor modes: IMPALA's and APPO's fragments, Ape-X for each off-policy algorithm.
+    # The actor modes: the on-policy algorithms' fragments, Ape-X for each off-policy one.
     from batchrl.algorithms import registry
 
     assert "config key actors" in text and "Ape-X" in text

@@ -119,14 +119,15 @@ class PPO(OnPolicyAlgorithm):
         return state
 
     def update(self, batch):
-        """One update (see the class docstring) on a batch of `_memory_batch`'s keys.
+        """One update (see the class docstring) on a batch of `_memory_batch`'s keys, from
+        this process's memory or an actor's fragment (`learn`): `[rows, time, ...]`, their
+        shapes static.
 
         Returns:
           dict of float32 scalars for the summaries (`kl`, `entropy`, `mean_return`, the
           losses and gradient norms of `_optimize`, and without `clip_ratio` `kl_penalty`
-          and `kl_target`), and the tensors
-          `mask`, `advantage` and `action` of the memory, `[update_every, memory_length,
-          ...]`, for the histograms.
+          and `kl_target`), and the batch's `mask`, `advantage` and `action`
+          (`[rows, time, ...]`) for the histograms.
         """
         config = self._config
         observ, action, mask = batch["observ"], batch["action"], batch["mask"]
@@ -135,8 +136,8 @@ class PPO(OnPolicyAlgorithm):
         value_target = self._value_target(target, mask)
         behaviour_params = {key: batch["policy_" + key] for key in self._param_shapes}
         behaviour = self._distribution(behaviour_params)
-        state = batch["state"] if self._recurrent else tf.zeros(
-            [self._memory_rows, self._memory_length, 0])
+        # Rows of this process's memory, or of an actor's fragment (`learn`); static.
+        state = batch["state"] if self._recurrent else tf.zeros(mask.shape + (0,))
         if config.kl_reference == "update_start":
             # The paper's pi_old: the policy before this update, on the same observations
             # and from the same states as the policy steps.
@@ -205,21 +206,22 @@ class PPO(OnPolicyAlgorithm):
                 if optimizer is not None for assignment in optimizer.scale_learning_rate(scale)]
 
     def _replay_as_trained(self, observ, state):
-        """The current policy's parameters on the memory's episodes as the policy steps
-        see them: each chunk of `chunk_length` steps replayed from the recurrent state
-        stored at its first step (`state`, `[update_every, memory_length, state_size]`);
-        dict of `[update_every, memory_length, ...]`. For a feed-forward policy, and for
+        """The current policy's parameters on the batch's rows as the policy steps see
+        them: each chunk of `chunk_length` steps replayed from the recurrent state stored
+        at its first step (`state`, `[rows, time, state_size]`); dict of `[rows, time,
+        ...]`. For a feed-forward policy, and for
         whole episodes (their first stored state is zero), the same as `_replay`."""
         if not self._recurrent:
             return self._replay(observ)
         chunks = self._chunks({"observ": observ, "state": state})
         params, _ = self._networks.policy(chunks["observ"], chunks["state"][:, 0])
-        episodes = [self._memory_rows, self._memory_length]
+        episodes = tf.shape(observ)[:2]
         return {key: tf.reshape(value, tf.concat([episodes, tf.shape(value)[2:]], 0))
                 for key, value in params.items()}
 
     def _chunks(self, steps):
-        """Cuts `[episodes, memory_length, ...]` tensors into `[chunks, chunk_length, ...]`."""
+        """Cuts `[rows, time, ...]` tensors (time a multiple of `chunk_length`) into
+        `[chunks, chunk_length, ...]`."""
         chunk = self._chunk_length
         return {key: tf.reshape(value, tf.concat([[-1, chunk], tf.shape(value)[2:]], 0))
                 for key, value in steps.items()}
@@ -237,7 +239,7 @@ class PPO(OnPolicyAlgorithm):
           the mean gradient norms.
         """
         config = self._config
-        capacity = self._memory_rows * (self._memory_length // self._chunk_length)
+        capacity = chunks["mask"].shape[0]  # Static: rows times chunks per row.
         batch = min(config.batch_size or capacity, capacity)
         valid = tf.reduce_sum(chunks["mask"], 1) > 0
         count = tf.reduce_sum(tf.cast(valid, tf.int32))
