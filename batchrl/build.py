@@ -163,7 +163,30 @@ def algorithm_config(config):
     return algo_config
 
 
-def build(config, batch_env, process_eager=True, learns=True):
+def acting_half(config, batch_env):
+    """The acting half alone of the config's algorithm (its `actor_class`) for `batch_env`
+    (an in-graph batch environment: `in_graph_env`), keeping acting state for each of its
+    agents; for an off-policy algorithm, with its critic (`OffPolicyActor`'s `critic`), so
+    that it gives its transitions first priorities. What an actor process builds: no
+    optimizer, no memory; its weights come from the learner's acting half
+    (`get_weights` / `set_weights`).
+
+    Raises:
+      ConfigError: as `algorithm_class`.
+    """
+    algorithm = algorithm_class(config)
+    algo_config = algorithm_config(config)
+    options = {}
+    if issubclass(algorithm, OffPolicyAlgorithm):
+        algo_config["torso"] = torso_factory(config)
+        options = {"action_shape": tuple(batch_env.action.shape[1:]), "critic": True}
+    return algorithm.actor_class(
+        batch_env.observation_space, batch_env.action_space, algo_config,
+        observ_shape=tuple(batch_env.observ.shape[1:]), observ_dtype=batch_env.observ.dtype,
+        num_agents=len(batch_env), **options)
+
+
+def build(config, batch_env, process_eager=True):
     """The agent of `config` acting in `batch_env`.
 
     Wraps `batch_env` in an `InGraphBatchEnv` (unless it is an in-graph environment of
@@ -192,8 +215,6 @@ def build(config, batch_env, process_eager=True, learns=True):
         `tf.function` of the process runs eagerly from now on when `config.eager` (traced
         otherwise). False (`batchrl.Agent`, inside an application): the process's eager
         mode is left alone, and the caller runs its functions under `config.eager`.
-      learns: bool; False builds an off-policy algorithm that acts and gives TD errors but
-        has no optimizer (an Ape-X actor's copy: `OffPolicyAlgorithm`'s `learns`).
 
     Returns:
       `Built`; its `checkpoint` (`tf.train.Checkpoint`) holds the step and everything that
@@ -216,8 +237,7 @@ def build(config, batch_env, process_eager=True, learns=True):
     try:
         if issubclass(algorithm, OffPolicyAlgorithm):
             algo_config["torso"] = torso_factory(config)
-        options = {} if learns else {"learns": False}
-        algo = algorithm(in_graph, step, is_training, should_log, algo_config, **options)
+        algo = algorithm(in_graph, step, is_training, should_log, algo_config)
     except ValueError as error:  # The networks check the spaces they are built for.
         if issubclass(algorithm, OffPolicyAlgorithm):  # Its messages name the key.
             raise configs.ConfigError(f"algorithm {config.algorithm!r}: {error}") from None

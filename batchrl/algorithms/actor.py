@@ -58,7 +58,8 @@ class Actor(abc.ABC):
     @property
     @abc.abstractmethod
     def variables(self):
-        """The variables of `get_weights`: the policy's, then the observation filter's."""
+        """The variables of `get_weights`: the policy's, then the observation filter's (and
+        an off-policy acting half's critic's and the step, with its critic)."""
 
     def get_weights(self):
         """The policy's weights and the normalizer's statistics: list of np.ndarray, in the
@@ -223,14 +224,22 @@ class OffPolicyActor(Actor):
     model is built at once, or with `defer_policy` (an algorithm's, which builds its models
     in its own order) by `build_policy`.
     A subclass gives the model and its actions on normalized observations: `greedy`,
-    `explore` (before the exploration) and `sampled` (the exported `sample` action)."""
+    `explore` (before the exploration) and `sampled` (the exported `sample` action), and
+    its algorithm's `critic_class` (`batchrl.algorithms.critic.Critic`).
+
+    With `critic` (an Ape-X actor's), it also builds the critic at once, after the policy,
+    and gives its transitions' TD errors (`critic.td_error`); an algorithm builds its own
+    critic (`build_critic`). With a critic, `variables` (what `get_weights` copies) are
+    the policy's, the observation filter's, the critic's and the step: what an Ape-X actor
+    acts, explores and gives first priorities with."""
 
     default_exploration = None
     discrete = False
+    critic_class = None
 
     def __init__(self, observation_space, action_space, config, generator=None, step=None,
                  observ_shape=None, observ_dtype=None, num_agents=None, action_shape=None,
-                 defer_policy=False):
+                 defer_policy=False, critic=False):
         super().__init__(observation_space, action_space, config, generator, step,
                          observ_shape, observ_dtype)
         self.observ_filter = observation_filter(observation_space, self.observ_shape, config)
@@ -242,15 +251,23 @@ class OffPolicyActor(Actor):
             exploration_lib.parse(spec, self.discrete),
             int(config.num_agents if num_agents is None else num_agents), self.action_shape,
             int(action_space.n) if self.discrete else None)
-        self.policy = None
+        self.policy = self.critic = None
         if not defer_policy:  # An algorithm builds it in its own order (`build_policy`).
             self.build_policy()
             self.policy(tf.zeros((1,) + self.observ_shape))  # Its weights exist.
+            if critic:
+                self.build_critic()
 
     def build_policy(self):
         """Builds the policy model (`make_policy`) and returns it."""
         self.policy = self.make_policy()
         return self.policy
+
+    def build_critic(self):
+        """Builds the critic (`critic_class`) for this acting half, keeps it as `critic`
+        and returns it."""
+        self.critic = self.critic_class(self, self._config)
+        return self.critic
 
     @abc.abstractmethod
     def make_policy(self):
@@ -276,7 +293,10 @@ class OffPolicyActor(Actor):
 
     @property
     def variables(self):
-        return list(self.policy.variables) + list(self.observ_filter.variables)
+        variables = list(self.policy.variables) + list(self.observ_filter.variables)
+        if self.critic is not None:
+            variables += self.critic.variables + [self.step]
+        return variables
 
     def act(self, observ, state, explore, agent_indices=None):
         """As `Actor.act`; the exploration's noise state is that of the agents

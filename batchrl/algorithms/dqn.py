@@ -11,7 +11,7 @@ import tensorflow as tf
 from batchrl.algorithms import exploration as exploration_lib
 from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
-from batchrl.algorithms.base import checked
+from batchrl.algorithms.critic import Critic
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
 from batchrl.tools.graph import after
@@ -98,6 +98,11 @@ class DQNActor(OffPolicyActor):
         return self.choose(normalized, explore, agent_indices, lambda: greedy,
                            lambda: greedy), q
 
+    def values(self, observ):
+        """Q(s, .) of the Q network for raw observations `[n, ...]`, as acting computes it
+        (normalized, with the mask's -1e9): float32 `[n, num_actions]`."""
+        return self.masked_q(self.observ_filter.transform(tf.cast(observ, tf.float32)))
+
     def exploration_kwargs(self, observ):
         return {"allowed": self.allowed(observ)}
 
@@ -112,6 +117,53 @@ class DQNActor(OffPolicyActor):
         else:
             random = exploration_lib.uniform_allowed(allowed, generator)
         return tf.where(generator.uniform(count) < final, random, greedy)
+
+
+class DQNCritic(Critic):
+    """DQN's TD error: the online Q network (the acting half's policy) and its target
+    network (`target_policy`), y = `double_q_target` (config `double_q`)."""
+
+    def __init__(self, acting, config):
+        super().__init__(acting, config)
+        self.target_q = off_policy.target_of(acting.policy, acting.make_policy,
+                                             tf.zeros((1,) + acting.observ_shape))
+        self.trackables = {"target_policy": self.target_q}
+
+    def q_values(self, batch):
+        return tf.gather(self.acting.policy(batch["observ"]),
+                         tf.cast(batch["action"], tf.int32), batch_dims=1)
+
+    def target(self, batch, next_q=None):
+        """`double_q_target` of a batch of normalized observations; `next_q`, the online
+        Q(s', .) if computed before (None: computed here)."""
+        nextob = batch["nextob"]
+        if next_q is None:
+            next_q = self.acting.masked_q(nextob)
+        return tf.stop_gradient(double_q_target(
+            batch["reward"], batch["discount"], next_q,
+            self.acting.masked_q(nextob, self.target_q(nextob)),
+            bool(self._config.double_q)))
+
+    def td_error_from_values(self, batch, q_taken, next_q):
+        """`td_error` from Q values computed before: `|Q(s, a) - y|` with `Q(s, a)` =
+        `q_taken` and y = `double_q_target` of the online values `next_q` = Q(s', .) and
+        the target network's on `nextob`, its one network pass. Horgan et al. 2018
+        (arXiv:1803.00933), algorithm 1: an actor's transitions take their first priorities
+        from the Q values it acted with.
+
+        Args:
+          batch: dict of `reward`, `discount` float32 `[n]` and raw `nextob` `[n, ...]`.
+          q_taken: float32 `[n]`, Q(s, a) of the transitions' first steps.
+          next_q: float32 `[n, num_actions]`, `DQNActor.values` of their `nextob`.
+
+        Returns:
+          float32 `[n]`.
+        """
+        batch = dict(batch, nextob=self.normalized(batch["nextob"]))
+        return tf.abs(q_taken - self.target(batch, next_q))
+
+
+DQNActor.critic_class = DQNCritic
 
 
 class DQN(off_policy.OffPolicyAlgorithm):
@@ -156,80 +208,17 @@ class DQN(off_policy.OffPolicyAlgorithm):
         "double_q", "dueling", "network", "orthogonal_init"}
 
     def _build_networks(self, batch_env, config):
-        observ = tf.zeros((1,) + self._observ_shape)
         self._q = self._acting.build_policy()
-        self._target_q = off_policy.target_of(self._q, self._acting.make_policy, observ)
+        self._target_q = self._acting.build_critic().target_q
         self._optimizer = self._adam("policy_optimizer", config.value_lr,
                                      self._q.trainable_variables, config.max_gradient_norm)
         return Networks(policy=self._q)
 
-    @property
-    def _trackables(self):
-        return {"policy": self._q, "target_policy": self._target_q}
-
-    # Acting reads the Q network; the TD error also its target.
-    priority_trackables = ("policy", "target_policy")
-
-    def _q_values(self, batch):
-        return tf.gather(self._q(batch["observ"]), tf.cast(batch["action"], tf.int32),
-                         batch_dims=1)
-
-    def _bootstrap_target(self, batch, next_q=None):
-        """`double_q_target` of a batch of normalized observations; `next_q`, the online
-        Q(s', .) if computed before (None: computed here)."""
-        nextob = batch["nextob"]
-        if next_q is None:
-            next_q = self._acting.masked_q(nextob)
-        return tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], next_q,
-            self._acting.masked_q(nextob, self._target_q(nextob)),
-            bool(self._config.double_q)))
-
-    @property
-    def num_actions(self):
-        """int, the actions of the Discrete action space: the Q values of an observation."""
-        return self._acting.count
-
-    def perform_with_values(self, agent_indices, observ):
-        """`perform`'s actions and the Q values they were chosen from: `(action, q)`, int32
-        `[n]` and float32 `[n, num_actions]` (`DQNActor.act_with_values`). An Ape-X actor
-        keeps them for its transitions' TD errors (`td_error_from_values`).
-
-        Raises:
-          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
-        """
-        with tf.name_scope("perform"):
-            action, q = self._acting.act_with_values(observ, self._is_training,
-                                                     agent_indices)
-            return checked(action), q
-
-    def online_values(self, observ):
-        """Q(s, .) of the online network for raw observations `[n, ...]`, as acting computes
-        it (normalized, with the mask's -1e9): float32 `[n, num_actions]`."""
-        return self._acting.masked_q(self._normalized(observ))
-
-    def td_error_from_values(self, batch, q_taken, next_q):
-        """`td_error` from Q values computed before: `|Q(s, a) - y|` with `Q(s, a)` =
-        `q_taken` and y = `double_q_target` of the online values `next_q` = Q(s', .) and
-        the target network's on `nextob`, its one network pass. Horgan et al. 2018
-        (arXiv:1803.00933), algorithm 1: an actor's transitions take their first priorities
-        from the Q values it acted with.
-
-        Args:
-          batch: dict of `reward`, `discount` float32 `[n]` and raw `nextob` `[n, ...]`.
-          q_taken: float32 `[n]`, Q(s, a) of the transitions' first steps.
-          next_q: float32 `[n, num_actions]`, `online_values` of their `nextob`.
-
-        Returns:
-          float32 `[n]`.
-        """
-        batch = dict(batch, nextob=self._normalized(batch["nextob"]))
-        return tf.abs(q_taken - self._bootstrap_target(batch, next_q))
-
     def _update_step(self, batch):
-        target = self._bootstrap_target(batch)
+        critic = self._acting.critic
+        target = critic.target(batch)
         with tf.GradientTape() as tape:
-            q = self._q_values(batch)
+            q = critic.q_values(batch)
             td_error = q - target
             error = tf.abs(td_error)
             huber = tf.where(error < 1.0, 0.5 * tf.square(td_error), error - 0.5)

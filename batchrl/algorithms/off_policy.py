@@ -124,9 +124,6 @@ class OffPolicyAlgorithm(Algorithm):
         `jit_update`, `log_every`, `policy_layers`, `value_layers`, `activation`, `seed`,
         `steps`; optional `normalize_keys` as for
         `batchrl.algorithms.on_policy.OnPolicyAlgorithm`.
-      learns: bool; False builds a copy that acts and gives TD errors (`td_error`) but
-        has no optimizer and cannot update (an Ape-X actor's, whose weights the learner
-        sends: `apex_variables`); its `checkpoint_state` holds no optimizer.
 
     Raises:
       ValueError: a bad `exploration`, `prioritized_replay` or `replay_frame_stack` spec, or
@@ -139,7 +136,8 @@ class OffPolicyAlgorithm(Algorithm):
     discrete_actions = False  # Whether the algorithm acts with Discrete or with Box actions.
     default_batch_size = 256
     # The acting half (`batchrl.algorithms.actor.OffPolicyActor`): policy model, observation
-    # filter, exploration; `perform` and `policy_action` act through it (`actor`).
+    # filter, exploration, and the critic of the TD error (its `critic_class`); `perform`
+    # and `policy_action` act through it (`actor`), the update reads its critic.
     actor_class = None
     actors = "transitions"  # Ape-X (`batchrl.distributed.transitions`).
     # Polyak averaging every update at rate 0.005 (Fujimoto et al. 2018, sec. 6.1; Haarnoja
@@ -155,9 +153,8 @@ class OffPolicyAlgorithm(Algorithm):
         "rollout_length"})  # Read by the Ape-X actors: the steps of an actor's call.
     state_size = 0  # Feed-forward policies only.
 
-    def __init__(self, batch_env, step, is_training, should_log, config, learns=True):
+    def __init__(self, batch_env, step, is_training, should_log, config):
         super().__init__(batch_env, step, is_training, should_log, config)
-        self._learns = bool(learns)
         self._optimizers = {}  # Checkpoint key -> optimizer module (`_adam`).
         defaults = {"target_update_rate": self.default_target_update_rate,
                     "target_update_every": self.default_target_update_every}
@@ -183,7 +180,7 @@ class OffPolicyAlgorithm(Algorithm):
             defer_policy=True)
         self._observ_filter = self._acting.observ_filter
         self._exploration = self._acting.exploration
-        observ_dtype = _storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
+        observ_dtype = storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
         self._memory = ReplayMemory(
             (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
             int(config.replay_capacity), self._num_agents, n_step=int(config.n_step),
@@ -212,17 +209,15 @@ class OffPolicyAlgorithm(Algorithm):
     # --- What a subclass provides. ---
 
     def _build_networks(self, batch_env, config):
-        """Builds the networks (the policy with `self._acting.build_policy()`), targets
-        and optimizers (`_adam`); returns their
-        `batchrl.networks.Networks` (`policy`: the model `export` saves; `critic`)."""
+        """Builds the networks (the policy with `self._acting.build_policy()`, then the
+        Q functions and targets of the TD error with `self._acting.build_critic()`) and
+        the optimizers (`_adam`); returns their `batchrl.networks.Networks` (`policy`: the
+        model `export` saves; `critic`)."""
         raise NotImplementedError
 
     def _adam(self, key, learning_rate, variables, max_gradient_norm=None):
         """`adam`'s optimizer for `variables`, its Keras optimizer kept in
-        `checkpoint_state` under `key` (e.g. "policy_optimizer"); None, and nothing built,
-        in a copy that does not learn (`learns` False: an Ape-X actor's)."""
-        if not self._learns:
-            return None
+        `checkpoint_state` under `key` (e.g. "policy_optimizer")."""
         self._optimizers[key] = adam(learning_rate, variables, max_gradient_norm)
         return self._optimizers[key]
 
@@ -232,25 +227,12 @@ class OffPolicyAlgorithm(Algorithm):
         float32 scalars and float32 `[batch_size]` for the priorities."""
         raise NotImplementedError
 
-    def _q_values(self, batch):
-        """Q(s, a) of the batch's transitions (normalized observations): float32 `[n]`, or
-        `[k, n]` for k Q functions."""
-        raise NotImplementedError
-
-    def _bootstrap_target(self, batch):
-        """The regression target y of the Q function(s) for the batch's transitions
-        (normalized observations), without gradient: float32 `[n]`."""
-        raise NotImplementedError
-
     @property
     def _trackables(self):
-        """The subclass's networks and targets (and other variables it learns), for the
-        checkpoint; its optimizers are `_adam`'s."""
-        raise NotImplementedError
-
-    # The entries of `_trackables` that acting and `td_error` read: what an Ape-X actor
-    # copies (`apex_variables`).
-    priority_trackables = ("policy",)
+        """The networks and targets (and other variables it learns), for the checkpoint:
+        the policy and what its critic built (`Critic.trackables`); its optimizers are
+        `_adam`'s."""
+        return {"policy": self._acting.policy, **self._acting.critic.trackables}
 
     # --- The interface of simulate, export and the Agent. ---
 
@@ -286,39 +268,6 @@ class OffPolicyAlgorithm(Algorithm):
     def batch_size(self):
         """int, the transitions of one update's batch."""
         return self._batch_size
-
-    @property
-    def apex_variables(self):
-        """What an Ape-X actor (`batchrl.distributed.transitions`) copies from the learner to
-        act and to compute its transitions' first priorities (`td_error`): the variables of
-        the `priority_trackables` (the policy, and the Q networks and targets the TD error
-        reads), the observation filter's statistics and the global step (for exploration
-        schedules); list of `tf.Variable`, in that order."""
-        trackables = self._trackables
-        variables = []
-        for key in self.priority_trackables:
-            value = trackables[key]
-            variables.extend([value] if isinstance(value, tf.Variable) else value.variables)
-        return variables + list(self._observ_filter.variables) + [self._step]
-
-    def td_error(self, batch):
-        """The absolute TD errors of transitions under the current networks, changing no
-        variable but the random generator's: `|Q(s, a) - y|` with y the target of an update
-        (`_bootstrap_target`), the mean over the Q functions for SAC and TD3, as `update`'s
-        `td_error`. An Ape-X actor gives its transitions their first priorities with it
-        (Horgan et al. 2018, arXiv:1803.00933, sec. 3 and algorithm 1).
-
-        Args:
-          batch: dict of `observ`, `nextob` raw `[n, *observation_shape]`, `action`
-            `[n, *action_shape]`, `reward` and `discount` float32 `[n]` (as stored).
-
-        Returns:
-          float32 `[n]`.
-        """
-        batch = dict(batch, observ=self._normalized(batch["observ"]),
-                     nextob=self._normalized(batch["nextob"]))
-        error = tf.abs(self._q_values(batch) - self._bootstrap_target(batch))
-        return error if error.shape.rank == 1 else tf.reduce_mean(error, 0)
 
     def learn(self, recording, log=False):
         """The Ape-X learner's step on an actor's recording
@@ -544,7 +493,7 @@ class OffPolicyAlgorithm(Algorithm):
 
 
 
-def _storage_dtype(space, default):
+def storage_dtype(space, default):
     """Observations of a `Box` of one-byte integers (images) are stored in that dtype."""
     dtype = getattr(space, "dtype", None)
     if dtype is not None and tf.as_dtype(dtype).is_integer and tf.as_dtype(dtype).size == 1:

@@ -96,6 +96,7 @@ class OnPolicyAlgorithm(Algorithm):
     """
 
     name = "on_policy"  # The name scope of the variables and of the summaries.
+    actor_class = OnPolicyActor  # The acting half; an actor process builds it alone.
     histograms = ("advantage",)
     stored_state_rollouts = False
     config_keys = frozenset({
@@ -117,7 +118,7 @@ class OnPolicyAlgorithm(Algorithm):
         action_shape = tuple(batch_env.action.shape[1:])
         self._random = tf.random.Generator.from_seed(config.seed)
         # The acting half: the networks, the observation filter, sampling.
-        self._acting = OnPolicyActor(
+        self._acting = self.actor_class(
             batch_env.observation_space, batch_env.action_space, config, self._random, step,
             observ_shape, batch_env.observ.dtype, num_agents)
         self._networks = self._acting.networks

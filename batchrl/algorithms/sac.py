@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
+from batchrl.algorithms.critic import TwinCritic
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
 from batchrl.tools.graph import after
@@ -47,6 +48,32 @@ class SACActor(OffPolicyActor):
     def sampled(self, observ, generator):
         action, _ = self.sample(observ, generator)
         return tf.reshape(action, (-1,) + self.action_shape)
+
+
+class SACCritic(TwinCritic):
+    """SAC's TD error: twin Q functions (`value_layers`; with declared layers, each its own
+    torso) and their Polyak-averaged targets, and the temperature alpha (`log_temperature`,
+    from `init_temperature`); y = R + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')),
+    a' ~ pi(.|s') drawn with the acting half's generator (Haarnoja et al. 2018, eq. 5–6)."""
+
+    def __init__(self, acting, config):
+        super().__init__(acting, config)
+        self.target_critic = self.make_target_critic()
+        with tf.name_scope("sac"):
+            self.log_alpha = tf.Variable(
+                math.log(config.init_temperature), trainable=False, name="log_temperature")
+        self.trackables = {"critic": self.critic, "target_critic": self.target_critic,
+                           "log_temperature": self.log_alpha}
+
+    def target(self, batch):
+        alpha = tf.exp(self.log_alpha)
+        next_action, next_log_prob = self.acting.sample(batch["nextob"], self.acting.generator)
+        next_q = tf.reduce_min(self.target_critic(batch["nextob"], next_action), 0)
+        return tf.stop_gradient(
+            batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
+
+
+SACActor.critic_class = SACCritic
 
 
 class SAC(off_policy.OffPolicyAlgorithm):
@@ -105,22 +132,10 @@ class SAC(off_policy.OffPolicyAlgorithm):
         size = int(math.prod(self._action_shape))
         self._target_entropy = float(
             -size if config.target_entropy is None else config.target_entropy)
-        observ = tf.zeros((1,) + self._observ_shape)
-        action = tf.zeros((1, size))
-        torso = config.get("torso")  # Declared layers (`build` makes the factory).
-        space = batch_env.observation_space
-        actor = self._acting.build_policy()
-
-        def critic():
-            torsos = None if torso is None else [torso(space), torso(space)]
-            return q_networks.TwinQ(config.value_layers, config.activation, torsos=torsos)
-
-        self._critic = critic()
-        self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
-        self._actor = actor
-        with tf.name_scope(self.name):
-            self._log_alpha = tf.Variable(
-                math.log(config.init_temperature), trainable=False, name="log_temperature")
+        actor = self._actor = self._acting.build_policy()
+        critic = self._acting.build_critic()
+        self._critic, self._target_critic = critic.critic, critic.target_critic
+        self._log_alpha = critic.log_alpha
         self._actor_optimizer = self._adam(
             "policy_optimizer", config.policy_lr, actor.trainable_variables,
             config.max_gradient_norm)
@@ -131,31 +146,13 @@ class SAC(off_policy.OffPolicyAlgorithm):
                                            [self._log_alpha])
         return Networks(policy=actor, critic=self._critic)
 
-    @property
-    def _trackables(self):
-        return {"policy": self._actor, "critic": self._critic,
-                "target_critic": self._target_critic, "log_temperature": self._log_alpha}
-
-    # Acting reads the actor; the TD error also the critics, their targets and alpha.
-    priority_trackables = ("policy", "critic", "target_critic", "log_temperature")
-
-    def _q_values(self, batch):
-        return self._critic(batch["observ"], off_policy.flat_action(batch["action"]))
-
-    def _bootstrap_target(self, batch):
-        alpha = tf.exp(self._log_alpha)
-        next_action, next_log_prob = self._acting.sample(batch["nextob"], self._random)
-        next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
-        return tf.stop_gradient(
-            batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
-
     def _update_step(self, batch):
         weight = batch["weight"]
         alpha = tf.exp(self._log_alpha)
-        target = self._bootstrap_target(batch)
+        target = self._acting.critic.target(batch)
         critic_variables = self._critic.trainable_variables
         with tf.GradientTape() as tape:
-            td_error = self._q_values(batch) - target
+            td_error = self._acting.critic.q_values(batch) - target
             critic_loss = 0.5 * tf.reduce_sum(
                 tf.reduce_mean(weight * tf.square(td_error), -1))
         critic_norm = parts.apply_gradients(

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from batchrl.algorithms import off_policy, parts
 from batchrl.algorithms.actor import OffPolicyActor
+from batchrl.algorithms.critic import TwinCritic
 from batchrl.networks import q_networks
 from batchrl.networks.constructors import Networks
 from batchrl.tools.graph import after
@@ -36,6 +37,34 @@ class TD3Actor(OffPolicyActor):
         action = self.greedy(observ)
         std = self.exploration.spec.get("std", 0.0)
         return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
+
+
+class TD3Critic(TwinCritic):
+    """TD3's TD error: twin Q functions (`value_layers`; with declared layers, each its own
+    torso), the target policy (`target_policy`) and the critics' targets; y = R + gamma_k
+    min_j Q'_j(s', a'), a' the target policy's action smoothed with clipped noise drawn
+    with the acting half's generator (Fujimoto et al. 2018, eq. 14–15)."""
+
+    def __init__(self, acting, config):
+        super().__init__(acting, config)
+        self.target_policy = off_policy.target_of(acting.policy, acting.make_policy,
+                                                  self._inputs[0])
+        self.target_critic = self.make_target_critic()
+        self.trackables = {"critic": self.critic, "target_policy": self.target_policy,
+                           "target_critic": self.target_critic}
+
+    def target(self, batch):
+        config = self._config
+        next_action = self.target_policy(batch["nextob"])
+        noise = tf.clip_by_value(
+            config.target_noise * self.acting.generator.normal(tf.shape(next_action)),
+            -config.target_noise_clip, config.target_noise_clip)
+        next_action = tf.clip_by_value(next_action + noise, -1.0, 1.0)
+        next_q = tf.reduce_min(self.target_critic(batch["nextob"], next_action), 0)
+        return tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
+
+
+TD3Actor.critic_class = TD3Critic
 
 
 class TD3(off_policy.OffPolicyAlgorithm):
@@ -86,20 +115,10 @@ class TD3(off_policy.OffPolicyAlgorithm):
             raise ValueError(f"config key 'target_update_every' must be 1 for td3, got "
                              f"{config.target_update_every}: its targets move with each actor "
                              f"step, every policy_delay updates")
-        size = int(math.prod(self._action_shape))
-        observ = tf.zeros((1,) + self._observ_shape)
-        action = tf.zeros((1, size))
-
-        torso = config.get("torso")  # Declared layers (`build` makes the factory).
-        space = batch_env.observation_space
-
-        def critic():
-            torsos = None if torso is None else [torso(space), torso(space)]
-            return q_networks.TwinQ(config.value_layers, config.activation, torsos=torsos)
-
-        self._actor, self._critic = self._acting.build_policy(), critic()
-        self._target_actor = off_policy.target_of(self._actor, self._acting.make_policy, observ)
-        self._target_critic = off_policy.target_of(self._critic, critic, observ, action)
+        self._actor = self._acting.build_policy()
+        critic = self._acting.build_critic()
+        self._critic, self._target_critic = critic.critic, critic.target_critic
+        self._target_actor = critic.target_policy
         with tf.name_scope(self.name):
             self._actor_loss = tf.Variable(0.0, trainable=False, name="last_actor_loss")
         self._actor_optimizer = self._adam(
@@ -110,32 +129,11 @@ class TD3(off_policy.OffPolicyAlgorithm):
             config.max_gradient_norm)
         return Networks(policy=self._actor, critic=self._critic)
 
-    @property
-    def _trackables(self):
-        return {"policy": self._actor, "critic": self._critic,
-                "target_policy": self._target_actor, "target_critic": self._target_critic}
-
-    # Acting reads the actor; the TD error also the critics and both targets.
-    priority_trackables = ("policy", "critic", "target_policy", "target_critic")
-
-    def _q_values(self, batch):
-        return self._critic(batch["observ"], off_policy.flat_action(batch["action"]))
-
-    def _bootstrap_target(self, batch):
-        config = self._config
-        next_action = self._target_actor(batch["nextob"])
-        noise = tf.clip_by_value(
-            config.target_noise * self._random.normal(tf.shape(next_action)),
-            -config.target_noise_clip, config.target_noise_clip)
-        next_action = tf.clip_by_value(next_action + noise, -1.0, 1.0)
-        next_q = tf.reduce_min(self._target_critic(batch["nextob"], next_action), 0)
-        return tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
-
     def _update_step(self, batch):
         config = self._config
-        target = self._bootstrap_target(batch)
+        target = self._acting.critic.target(batch)
         with tf.GradientTape() as tape:
-            q = self._q_values(batch)
+            q = self._acting.critic.q_values(batch)
             td_error = q - target
             critic_loss = tf.reduce_sum(tf.reduce_mean(batch["weight"] * tf.square(td_error), -1))
         critic_norm = parts.apply_gradients(

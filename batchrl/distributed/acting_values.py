@@ -12,26 +12,27 @@ pass over their `nextob` when the recording ends; after a termination none is ne
 
 import tensorflow as tf
 
+from batchrl.algorithms.base import checked
 from batchrl.tools.graph import after
 
 
 class ActingValues:
-    """The values of `DQN.perform_with_values` held for an actor's outbox
+    """The values of `DQNActor.act_with_values` held for an actor's outbox
     (`transitions.TransitionRecorder`): each agent's latest Q(s, .), Q(s, a) of the steps
     waiting in its n-step window, and for each outbox row Q(s, a) of its first step and,
     once acted on, Q(s', .). Non-trainable variables, not in checkpoints (an actor keeps
     none).
 
     Args:
-      algo: the actor's `DQN`.
+      acting: the actor's acting half (`DQNActor`, with its critic).
       agents: int, the batch's agents.
       n_step: int >= 1, the accumulator's n.
       rows: int, the outbox's capacity (its spare row is one more).
     """
 
-    def __init__(self, algo, agents, n_step, rows):
-        self._algo = algo
-        actions = algo.num_actions
+    def __init__(self, acting, agents, n_step, rows):
+        self._acting = acting
+        actions = acting.count
         self._n_step = n_step
         self.latest = tf.Variable(tf.zeros([agents, actions]), trainable=False)
         self.window = tf.Variable(tf.zeros([agents, max(n_step - 1, 0)]), trainable=False)
@@ -41,11 +42,16 @@ class ActingValues:
         self.has_next = tf.Variable(tf.zeros([rows + 1], tf.bool), trainable=False)
 
     def perform(self, agent_indices, observ):
-        """The algorithm's actions (`perform_with_values`); keeps their Q values as the
-        agents' latest, and as Q(s', .) of the rows that waited for these agents' next
-        observations."""
+        """The acting half's explored actions (`act_with_values`); keeps their Q values as
+        the agents' latest, and as Q(s', .) of the rows that waited for these agents' next
+        observations.
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
         agents = tf.cast(agent_indices, tf.int32)
-        action, q = self._algo.perform_with_values(agents, observ)
+        action, q = self._acting.act_with_values(observ, True, agents)
+        action = checked(action)
         rows = tf.gather(self.waiting, agents)
         waited = rows >= 0
         rows = tf.where(waited, rows, self.q_taken.shape[0] - 1)  # The others: spare row.
@@ -103,17 +109,17 @@ class ActingValues:
     def td_error(self, transitions, count):
         """The absolute TD errors of the outbox's first `count` rows (`transitions`, dict of
         their fields), from the kept values and, for rows without Q(s', .) that bootstrap,
-        one online pass over their `nextob` (`DQN.td_error_from_values`); then forgets the
+        one online pass over their `nextob` (`DQNCritic.td_error_from_values`); then forgets the
         waiting rows, whose values the next recording's first step would bring: float32
         `[count]`."""
         rows = tf.range(count)
         next_q = tf.gather(self.next_q, rows)
         missing = tf.where(tf.logical_not(tf.gather(self.has_next, rows))
                            & (transitions["discount"] > 0))
-        computed = self._algo.online_values(tf.gather_nd(transitions["nextob"], missing))
+        computed = self._acting.values(tf.gather_nd(transitions["nextob"], missing))
         next_q = tf.tensor_scatter_nd_update(next_q, missing, computed)
-        error = self._algo.td_error_from_values(transitions, tf.gather(self.q_taken, rows),
-                                                next_q)
+        error = self._acting.critic.td_error_from_values(
+            transitions, tf.gather(self.q_taken, rows), next_q)
         with tf.control_dependencies([error]):
             cleared = [self.waiting.assign(tf.fill(tf.shape(self.waiting), -1)),
                        self.has_next.assign(tf.zeros_like(self.has_next))]

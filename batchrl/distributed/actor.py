@@ -52,14 +52,12 @@ def actor_config(config, index, incarnation=0):
     actor's process (`env_backend: local`, or the in-graph or EnvPool batch the env id
     names), and `seed` the seed of its first environment (`environment_seed`), which also
     seeds its sampling, so that no two actors, nor their restarts, nor the learner's
-    evaluation draw the same episodes. An Ape-X actor (an off-policy algorithm) keeps no
-    replay memory (`replay_capacity: 1`, no `replay_frame_stack`), and an `apex_epsilon`
-    exploration gets the actor's place among all actors' agents (`first`, `explorers`), so
-    that each agent explores with an epsilon of its own."""
+    evaluation draw the same episodes. An Ape-X actor's `apex_epsilon` exploration gets
+    the actor's place among all actors' agents (`first`, `explorers`), so that each agent
+    explores with an epsilon of its own."""
     changes = dict(num_agents=config.envs_per_actor, env_backend="local",
                    seed=environment_seed(config, index, incarnation))
     if sends(config.algorithm) == "transitions":
-        changes.update(replay_capacity=1, replay_frame_stack=None)
         exploration = config.get("exploration")
         if exploration and exploration.get("type") == "apex_epsilon":
             changes["exploration"] = dict(
@@ -122,7 +120,6 @@ class FragmentActor:
         self._recorder = None
         self._batch_env = None
         self._actor = None  # The acting half (`_make_recorder`).
-        self._set_weights = None
         self._running = None
         self._version = None  # The version acting.
         self._applied = None  # The publication acting.
@@ -159,27 +156,20 @@ class FragmentActor:
                 "action_shape": tuple(batch_env.action.shape[1:])}
 
     def _make_recorder(self, raw_env):
-        """Builds the acting half and the recorder for the batch `raw_env` (a `BatchEnv`
-        or in-graph environment), sets `_recorder` and `_set_weights`; returns the
-        in-graph batch environment."""
+        """Builds the acting half (`batchrl.build.acting_half`) and the recorder for the
+        batch `raw_env` (a `BatchEnv` or in-graph environment), sets `_recorder` and
+        `_actor`; returns the in-graph batch environment."""
         from batchrl import build
-        from batchrl.algorithms.actor import OnPolicyActor
         from batchrl.distributed.fragment import FragmentRecorder
 
-        config = self._config
-        batch_env = build.in_graph_env(config, raw_env)
-        actor = OnPolicyActor(
-            batch_env.observation_space, batch_env.action_space,
-            build.algorithm_config(config), observ_shape=tuple(batch_env.observ.shape[1:]),
-            observ_dtype=batch_env.observ.dtype, num_agents=len(batch_env))
-        self._recorder = FragmentRecorder(batch_env, actor, config.rollout_length)
-        self._actor = actor
-        self._set_weights = actor.set_weights
+        batch_env = build.in_graph_env(self._config, raw_env)
+        self._actor = build.acting_half(self._config, batch_env)
+        self._recorder = FragmentRecorder(batch_env, self._actor, self._config.rollout_length)
         return batch_env
 
     def take_weights(self, publication, version, weights):
         """Keeps `weights` (the learner's `Actor.get_weights`: the policy's and the
-        observation filter's arrays, and for Ape-X the `apex_variables`) of policy
+        observation filter's arrays, and for Ape-X the critic's and the step) of policy
         `version` (int) as publication `publication` (int, rising with each of the
         learner's publications) for the next `collect` to act with; a publication older
         than one held is ignored. Safe to call from another thread while `collect` runs
@@ -210,7 +200,7 @@ class FragmentActor:
           of the recording.
         """
         if weights is not None:
-            self._set_weights(weights)
+            self._actor.set_weights(weights)
             self._version, self._applied = int(version), None
         elif publication is not None:
             with self._held:
@@ -222,7 +212,7 @@ class FragmentActor:
                                        f"{self._config.worker_timeout:g} s")
                 number, newest_version, newest = self._newest
             if number != self._applied:
-                self._set_weights(newest)
+                self._actor.set_weights(newest)
                 self._version, self._applied = newest_version, number
         start = time.perf_counter()
         try:
@@ -244,23 +234,23 @@ class FragmentActor:
 
 
 class TransitionActor(FragmentActor):
-    """An Ape-X actor (Horgan et al. 2018, arXiv:1803.00933): a copy of an off-policy
-    algorithm (`dqn`, `sac`, `td3`) acting with its exploration, whose `collect` returns
-    the n-step transitions its steps completed with their TD errors
-    (`transitions.TransitionRecorder`) instead of a fragment; the weights it takes are
-    the learner's `OffPolicyAlgorithm.apex_variables` (the policy, the networks of the TD
-    error, the observation filter and the global step). Its copy builds no optimizer
-    (`learns` False). Arguments as `FragmentActor`'s.
+    """An Ape-X actor (Horgan et al. 2018, arXiv:1803.00933) of an off-policy algorithm
+    (`dqn`, `sac`, `td3`): its acting half alone, with the critic of the TD error
+    (`batchrl.build.acting_half`: no optimizer, no replay memory), acting with its
+    exploration; its `collect` returns the n-step transitions its steps completed with
+    their TD errors (`transitions.TransitionRecorder`) instead of a fragment. The weights
+    it takes are the learner's acting half's (`OffPolicyActor.get_weights`: the policy,
+    the observation filter, the critic and the global step). Arguments as
+    `FragmentActor`'s.
     """
 
     def _make_recorder(self, raw_env):
         from batchrl import build
         from batchrl.distributed.transitions import TransitionRecorder
-        from batchrl.tools.weights import VariableCopier
 
-        agent = build.build(self._config, raw_env, process_eager=False, learns=False)
-        self._recorder = TransitionRecorder(agent.batch_env, agent.algo,
-                                            self._config.rollout_length)
-        self._actor = agent.algo.actor
-        self._set_weights = VariableCopier(agent.algo.apex_variables).set
-        return agent.batch_env
+        config = self._config
+        batch_env = build.in_graph_env(config, raw_env)
+        self._actor = build.acting_half(config, batch_env)
+        self._recorder = TransitionRecorder(batch_env, self._actor, config.rollout_length,
+                                            config.n_step, config.discount)
+        return batch_env

@@ -8,7 +8,6 @@ import time
 import tensorflow as tf
 
 from batchrl.distributed.learner import ActorLearnerLoop
-from batchrl.tools.weights import VariableCopier
 
 
 class ApexLoop(ActorLearnerLoop):
@@ -25,12 +24,13 @@ class ApexLoop(ActorLearnerLoop):
     pool's bound), which also bounds the memory in flight. Prioritized replay's beta
     anneals to 1 over the run's `steps` (`OffPolicyAlgorithm._beta`).
 
-    Policy versions count updates: the actors get the learner's `apex_variables` (the
-    policy, the networks of the TD error, the observation filter and the global step, for
-    exploration schedules) at each train phase's start, whenever `broadcast_every` more
-    updates were made, and after every recording while no update was made since the last
-    publication (before `learning_starts`, so that the actors' epsilon schedules follow
-    the learner's step); policy lag and `max_policy_lag` are in updates too.
+    Policy versions count updates: the actors get the weights of the learner's acting half
+    (`OffPolicyActor.get_weights`: the policy, the observation filter, the critic of the TD
+    error and the global step, for exploration schedules) at each train phase's start,
+    whenever `broadcast_every` more updates were made, and after every recording while no
+    update was made since the last publication (before `learning_starts`, so that the
+    actors' epsilon schedules follow the learner's step); policy lag and `max_policy_lag`
+    are in updates too.
 
     Besides `ActorLearnerLoop`'s summaries, the train writer receives under `apex/`, over
     the recordings since the last write: `replay_ratio` (updates per environment step,
@@ -44,11 +44,7 @@ class ApexLoop(ActorLearnerLoop):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._copier = VariableCopier(self._algo.apex_variables)
         self._inserted = 0  # Transitions stored since the last write.
-
-    def _weights(self):
-        return self._copier.get()
 
     def _recording(self, sent):
         """A recording travels as it was made; counts its transitions."""

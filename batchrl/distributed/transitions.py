@@ -1,11 +1,14 @@
 """An Ape-X actor's recording: `rollout_length` steps of every agent of its batch, acted by its
-copy of an off-policy algorithm with its own exploration, turned into n-step transitions as
-they complete, and given their first priorities with its copy of the networks (Horgan et
-al. 2018, "Distributed Prioritized Experience Replay", arXiv:1803.00933, algorithm 1)."""
+copy of an off-policy algorithm's acting half with its own exploration, turned into n-step
+transitions as they complete, and given their first priorities with the acting half's
+critic (Horgan et al. 2018, "Distributed Prioritized Experience Replay", arXiv:1803.00933,
+algorithm 1)."""
 
 import numpy as np
 import tensorflow as tf
 
+from batchrl.algorithms.base import checked
+from batchrl.algorithms.off_policy import storage_dtype
 from batchrl.distributed.acting_values import ActingValues
 from batchrl.distributed.recorder import Recorder
 from batchrl.memories.episode import EpisodeMemory
@@ -16,11 +19,11 @@ from batchrl.tools.graph import after
 
 
 class TransitionRecorder(Recorder):
-    """What `batchrl.drivers.simulate` drives in an Ape-X actor: `algo` (an
-    `OffPolicyAlgorithm` built for the actor's batch; its replay memory is not used) acts
-    with its exploration (`perform` while its `is_training`), and each agent's steps go
-    through an n-step accumulator (`NStepAccumulator`, the settings of `algo.memory`)
-    into an outbox. Learns nothing.
+    """What `batchrl.drivers.simulate` drives in an Ape-X actor: `acting` (an off-policy
+    algorithm's acting half with its critic, `batchrl.build.acting_half`) acts with its
+    exploration, and each agent's steps go through an n-step accumulator
+    (`NStepAccumulator`, as the learner's replay memory keeps them) into an outbox. Learns
+    nothing.
 
     An agent's window runs on from one recording to the next, as in a replay memory of one
     process: the transitions of a recording are those its steps completed, so that they
@@ -31,7 +34,7 @@ class TransitionRecorder(Recorder):
         (the n-step return) and `discount` (`discount^k`, 0 after a termination), as
         `ReplayMemory.insert` takes them; m is at most `B (T + n_step - 1)`.
       `td_error`: float32 `[m]`, their absolute TD errors under the actor's networks
-        (`OffPolicyAlgorithm.td_error`; DQN's from the Q values it acted with,
+        (`Critic.td_error`; DQN's from the Q values it acted with,
         `acting_values.ActingValues`), which the learner's prioritized replay makes their
         first priorities.
       `reward`, `done`: float32 and bool `[B, T]`, the steps' rewards and ends (for the
@@ -40,26 +43,29 @@ class TransitionRecorder(Recorder):
 
     Args:
       batch_env: the actor's `InGraphBatchEnv`.
-      algo: its off-policy algorithm.
+      acting: the acting half (`OffPolicyActor` with its `critic`), built for its agents.
       length: int >= 1, the steps per agent of a recording (`rollout_length`).
+      n_step, discount: the n-step returns' n (int >= 1) and discount factor (float), the
+        config's `n_step` and `discount`.
     """
 
-    def __init__(self, batch_env, algo, length):
-        self._algo = algo
-        memory = algo.memory
+    def __init__(self, batch_env, acting, length, n_step, discount):
+        self._acting = acting
         agents = len(batch_env)
-        self._accumulator = NStepAccumulator(
-            memory.observ_spec, memory.action_spec, agents, memory.n_step,
-            memory.discount_factor)
+        observ_spec = (tuple(batch_env.observ.shape[1:]),
+                       storage_dtype(batch_env.observation_space, batch_env.observ.dtype))
+        action_spec = (tuple(batch_env.action.shape[1:]), batch_env.action.dtype)
+        self._accumulator = NStepAccumulator(observ_spec, action_spec, agents, int(n_step),
+                                             float(discount))
         self._outbox = TransitionStorage(
-            ObservationStorage(*memory.observ_spec), memory.action_spec,
-            agents * (int(length) + memory.n_step - 1))
+            ObservationStorage(*observ_spec), action_spec,
+            agents * (int(length) + int(n_step) - 1))
         self._rows = EpisodeMemory({"reward": ((), tf.float32), "done": ((), tf.bool)},
                                    agents, int(length), "steps")
         # DQN keeps the Q values it acts with for the TD errors (`ActingValues`).
         self._values = None
-        if hasattr(algo, "perform_with_values"):
-            self._values = ActingValues(algo, agents, memory.n_step, self._outbox.capacity)
+        if hasattr(acting, "act_with_values"):
+            self._values = ActingValues(acting, agents, int(n_step), self._outbox.capacity)
         super().__init__(batch_env, length)
 
     def begin_episodes(self, agent_indices):
@@ -69,18 +75,23 @@ class TransitionRecorder(Recorder):
         agent_indices = tf.cast(agent_indices, tf.int32)
         if self._values is None:
             return after([self._accumulator.flush(agent_indices, self._write),
-                          self._algo.actor.exploration.reset(agent_indices)], True)
+                          self._acting.exploration.reset(agent_indices)], True)
         flushed = self._accumulator.flush(agent_indices, self._values.writer(self._outbox.write))
         with tf.control_dependencies([flushed]):
             reset = self._values.reset(agent_indices)
-        return after([reset, self._algo.actor.exploration.reset(agent_indices)], True)
+        return after([reset, self._acting.exploration.reset(agent_indices)], True)
 
     def perform(self, agent_indices, observ):
-        """The algorithm's explored actions for the given agents (`OffPolicyAlgorithm.perform`;
-        DQN's through `ActingValues.perform`, which keeps their Q values)."""
+        """The acting half's explored actions for the given agents (DQN's through
+        `ActingValues.perform`, which keeps their Q values).
+
+        Raises:
+          tf.errors.InvalidArgumentError (when run): if an action is NaN or infinite.
+        """
         if self._values is not None:
             return self._values.perform(agent_indices, observ)
-        return self._algo.perform(agent_indices, observ)
+        action, _ = self._acting.act(observ, None, True, tf.cast(agent_indices, tf.int32))
+        return checked(action)
 
     def experience(self, agent_indices, observ, action, reward, done, nextob):
         """Adds the step of the given agents to their windows, the transitions it completes
@@ -104,7 +115,7 @@ class TransitionRecorder(Recorder):
             count = self._outbox.size.value()
             transitions = self._outbox.gather(tf.range(count))
             if self._values is None:
-                td_error = self._algo.td_error(transitions)
+                td_error = self._acting.critic.td_error(transitions)
             else:
                 td_error = self._values.td_error(transitions, count)
             fields, length = self._rows.data()

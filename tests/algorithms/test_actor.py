@@ -54,8 +54,11 @@ def test_an_actor_built_alone_acts_as_the_trained_algorithm(algorithm):
     # Training changed the policy and the observation statistics.
     assert any(not np.array_equal(old, new) for old, new in zip(before, weights, strict=True))
 
+    # An off-policy acting half alone builds its critic too (an Ape-X actor's).
+    assert type(actor) is type(algo).actor_class
+    options = {"critic": True} if hasattr(actor, "critic") else {}
     alone = type(actor)(algo._batch_env.observation_space, algo._batch_env.action_space,
-                        algo._config)
+                        algo._config, **options)
     observ = tf.constant(np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32))
     state = tf.zeros([5, algo.state_size])
     fresh, _ = alone.act(observ, state, explore=False)

@@ -34,7 +34,7 @@ def _box_batch():
 
 @pytest.mark.parametrize("algorithm", ["dqn", "sac", "td3"])
 def test_an_actors_first_priorities_are_its_networks_absolute_td_errors(algorithm):
-    """`td_error`: |Q(s, a) - y| with y an update's target (for SAC and TD3 the mean over
+    """`Critic.td_error`: |Q(s, a) - y| with y an update's target (for SAC and TD3 the mean over
     the two critics), from the weights read out of the networks and the same draws, and
     no network changed. Catches: the online network in place of a target; the signed
     error; one critic's error; the discount past a termination."""
@@ -68,10 +68,11 @@ def test_an_actors_first_priorities_are_its_networks_absolute_td_errors(algorith
                                config.target_noise_clip)
         want = np.abs(ref.twin_q(critic, batch["observ"], batch["action"]) - y).mean(0)
     assert (batch["discount"] == 0).any()
-    networks = [variable.numpy() for variable in algo.apex_variables]
-    got = algo.td_error({key: tf.constant(value) for key, value in batch.items()}).numpy()
+    networks = [variable.numpy() for variable in algo.actor.variables]
+    got = algo.actor.critic.td_error(
+        {key: tf.constant(value) for key, value in batch.items()}).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    for before, variable in zip(networks, algo.apex_variables, strict=True):
+    for before, variable in zip(networks, algo.actor.variables, strict=True):
         np.testing.assert_array_equal(before, variable.numpy())
 
 
@@ -123,7 +124,6 @@ def test_each_agent_explores_with_its_own_epsilon():
     config = configs.load("minatar_breakout_apex", {"actors": 2, "envs_per_actor": 4})
     assert actor_lib.actor_config(config, 1).exploration == dict(
         config.exploration, first=4, explorers=8)
-    assert actor_lib.actor_config(config, 1).replay_capacity == 1
     actions, draws = 4, 20000
     explore = exploration_lib.Exploration(dict(spec, epsilon=0.8, alpha=3.0), 4, (), actions)
     greedy = tf.zeros([draws * 4], tf.int32)
@@ -169,7 +169,7 @@ def test_a_recording_holds_the_transitions_its_steps_completed(n_step):
 
     actor = _dqn(n_step=n_step)
     ref.perturb(actor.checkpoint_state["target_policy"], 0.5, seed=1)
-    recorder = TransitionRecorder(actor._batch_env, actor, LENGTH)
+    recorder = TransitionRecorder(actor._batch_env, actor.actor, LENGTH, n_step, 0.9)
     assert recorder._values is not None
     recordings = [recorder.record() for _ in range(RECORDINGS)]
     got = {key: np.concatenate([r["transitions"][key] for r in recordings]) for key in FIELDS}
@@ -247,11 +247,11 @@ def test_the_learner_holds_the_replay_ratio_and_broadcasts_every_so_many_updates
     assert ratios and np.allclose(ratios, 0.5)
     assert _scalars(tmp_path / "train", "dqn/loss"), "the updates' summaries"
     # The actor acted last with the weights of version 50, the learner's step then 100.
-    actor_algo = pool.actor._recorder._algo
+    acting = pool.actor._actor
     _, weights = pool.published[-1]
-    for got, want in zip(actor_algo.apex_variables, weights, strict=True):
+    for got, want in zip(acting.variables, weights, strict=True):
         np.testing.assert_array_equal(got.numpy(), want)
-    assert int(actor_algo.apex_variables[-1].numpy()) == 100
+    assert int(acting.variables[-1].numpy()) == 100  # The step.
     restored = tf.train.Checkpoint(policy_version=tf.Variable(0, dtype=tf.int64))
     restored.read(loop.manager.latest_checkpoint).expect_partial()
     assert int(restored.policy_version.numpy()) == 60
@@ -304,8 +304,7 @@ def test_actors_take_the_learners_step_before_its_first_update(dqn_apex_run):
     _, _, _, pool = dqn_apex_run
     assert [(version, int(weights[-1])) for version, weights in pool.published] == [
         (0, 0), (0, 20), (0, 40), (0, 60)]
-    actor_algo = pool.actor._recorder._algo
-    step = int(actor_algo.apex_variables[-1].numpy())
+    step = int(pool.actor._actor.step.numpy())
     assert step == 40
     spec = exploration_lib.parse(EPSILON_DECAY, discrete=True)
     assert float(exploration_lib.epsilon(spec, step)) == pytest.approx(0.05)
@@ -348,8 +347,8 @@ def test_an_actor_computes_its_td_errors_with_the_learners_target_network(dqn_ap
     target network included (perturbed away from the online one, and from the actor's
     own initial weights): each recording's TD errors are the NumPy |Q(s, a) - y| with
     y = R + gamma_k Q'(s', argmax_a Q(s', a)) of the learner's Q and Q' (double Q-learning,
-    van Hasselt et al. 2016). Catches: `apex_variables` without the target network (the
-    actor keeps its own); the actor's TD error with its online network as the target."""
+    van Hasselt et al. 2016). Catches: the acting half's weights without the target network
+    (the actor keeps its own); the actor's TD error with its online network as the target."""
     _, weights, recordings, _ = dqn_apex_run
     q, target = weights["policy"], weights["target_policy"]
     for recording in recordings:
@@ -423,22 +422,31 @@ def test_sac_and_td3_learners_learn_from_their_actors_transitions(algorithm, tmp
 
 
 @pytest.mark.parametrize("algorithm", ["dqn", "sac", "td3"])
-def test_an_ape_x_actor_builds_no_optimizer(algorithm, optimizers_made):
-    """Its copy of the algorithm (`learns` False) acts and gives TD errors, but no Keras
-    optimizer is made while the actor builds, and its checkpoint state holds none; the
-    learner's holds the algorithm's."""
+def test_an_ape_x_actor_builds_its_acting_half_alone(algorithm, optimizers_made, monkeypatch):
+    """An Ape-X actor builds the acting half with its critic (`build.acting_half`), no
+    algorithm: no Keras optimizer and no replay memory are made while it builds and
+    records, and it gives TD errors; the learner's acting half has the same variables
+    (`get_weights` goes from one to the other) and the learner made the optimizers."""
     made = optimizers_made
+    memories = []
+    init = ReplayMemory.__init__
+
+    def counting_init(self, *args, **kwargs):
+        memories.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReplayMemory, "__init__", counting_init)
     config = (_apex_config() if algorithm == "dqn" else configs.load(
         "pendulum_sac", {"algorithm": algorithm, "actors": 1, "envs_per_actor": 2,
                          "rollout_length": 4, "policy_layers": [8], "value_layers": [8]}))
     actor = actor_lib.TransitionActor(config, 0)
     actor.build()
-    assert made == []
-    state = actor._recorder._algo.checkpoint_state
-    assert not [key for key, value in state.items()
-                if isinstance(value, keras.optimizers.Optimizer)]
     assert actor.collect()["fragment"]["td_error"].size > 0
+    assert made == [] and memories == []
+    acting = actor._actor
+    assert type(acting) is build.ALGORITHMS[algorithm].actor_class
     learner = build.build(config, environments.create_batch(config)).algo
-    assert made and all(name == "Adam" for name in made)
-    assert [key for key, value in learner.checkpoint_state.items()
-            if isinstance(value, keras.optimizers.Optimizer)]
+    assert made and all(name == "Adam" for name in made) and len(memories) == 1
+    acting.set_weights(learner.actor.get_weights())
+    for got, want in zip(acting.variables, learner.actor.variables, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
