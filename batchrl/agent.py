@@ -101,7 +101,7 @@ class Agent:
                 "batchrl.Agent needs config key 'max_length', the longest episode of the "
                 "application's environments (e.g. max_length=env.spec.max_episode_steps); "
                 "it does not read the config's env")
-        if network_spec.frame_stack_frames(config.preprocessing):
+        if network_spec.plan(config.preprocessing).frames:
             raise configs.ConfigError(
                 "batchrl.Agent takes the observations the application gives it: stack the "
                 "frames there (e.g. gymnasium.wrappers.FrameStackObservation) and remove "

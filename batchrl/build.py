@@ -120,7 +120,7 @@ def check(config):
             raise configs.ConfigError(
                 f"config key {key!r} needs a network of declared layers (network: a list "
                 f"of layers), not the preset {config.network!r}")
-    if config.normalize_observ and network_spec.normalized_keys(config.preprocessing):
+    if config.normalize_observ and network_spec.plan(config.preprocessing).normalized:
         raise configs.ConfigError(
             "config key 'preprocessing' has a normalize step and 'normalize_observ' is "
             "true: choose one (normalize_observ: false to normalize only where the steps "
@@ -144,7 +144,7 @@ def in_graph_env(config, batch_env):
     `frame_stack` preprocessing step of `config`."""
     in_graph = batch_env if getattr(batch_env, "in_graph", False) is True else (
         InGraphBatchEnv(batch_env))
-    frames = network_spec.frame_stack_frames(config.preprocessing)
+    frames = network_spec.plan(config.preprocessing).frames
     return FrameStack(in_graph, frames) if frames else in_graph
 
 
@@ -155,7 +155,7 @@ def algorithm_config(config):
     (`normalize_observ`, `normalize_keys`)."""
     algo_config = configs.Config(config)
     algo_config["network"] = constructor(config.network)
-    normalized = network_spec.normalized_keys(config.preprocessing)
+    normalized = network_spec.plan(config.preprocessing).normalized
     if normalized is not None:  # `normalize` steps: the algorithm's observation filter.
         algo_config["normalize_observ"] = True
         algo_config["normalize_keys"] = None if normalized is True else normalized

@@ -57,6 +57,8 @@ Sizes, kernels, strides and unit counts are at least 1 (`top`, `left` at least 0
   `[4, 84, 84]`; the layers take channels last).
 """
 
+import collections
+
 from batchrl.errors import ConfigError
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu", "swish", "sigmoid", "linear")
@@ -184,27 +186,42 @@ def check_preprocessing(value, where="config key 'preprocessing'"):
     return checked
 
 
-def normalized_keys(preprocessing):
-    """Which observations a checked `preprocessing` normalizes: None (no `normalize` step),
-    True (a list with one: the whole observation), or the set of `Dict` keys whose lists
-    have one."""
-    if isinstance(preprocessing, dict):
-        keys = {key for key, steps in preprocessing.items()
-                if any(step["type"] == "normalize" for step in steps)}
-        return keys or None
-    return True if any(step["type"] == "normalize" for step in preprocessing) else None
+Plan = collections.namedtuple("Plan", "frames, normalized, network")
 
 
-def frame_stack_frames(preprocessing):
-    """The `frames` of a checked preprocessing list's `frame_stack` step; for a mapping of
-    `Dict` entries to lists, a dict of the entries with one to their `frames`
-    (`batchrl.environments.frame_stack.FrameStack` takes either); None without one."""
+def plan(preprocessing):
+    """Where the steps of a checked `preprocessing` (`check_preprocessing`) run: the one
+    reader of the list, which `batchrl.build`, the networks, the Agent and export ask.
+
+    Each step runs on the one floor where it can keep what it must keep:
+    - `frames`: the `frames` of the `frame_stack` step (for a mapping of `Dict` entries to
+      lists, a dict of the entries with one to their `frames`), or None. The batch of
+      environments stacks them (`batchrl.environments.frame_stack.FrameStack`) before the
+      algorithm sees an observation, so that a replay memory keeps each frame once
+      (`replay_frame_stack`) and a policy acts on the stack without a recurrent state.
+    - `normalized`: None (no `normalize` step), True (one: the whole observation), or the
+      set of `Dict` keys whose lists have one. The acting half's observation filter
+      normalizes them (running statistics, kept in checkpoints and exported with the
+      policy; the algorithm turns its `normalize_observ` on for them).
+    - `network`: the other steps (`scale`, `grayscale`, `resize`, `crop`,
+      `channels_last`), in order: a list, or a dict of lists for `Dict` entries. The
+      network runs them on what it is given, so that memories keep uint8 frames as bytes
+      and an exported model takes the environment's raw frames.
+
+    Returns:
+      `Plan(frames, normalized, network)`.
+    """
     if isinstance(preprocessing, dict):
-        frames = {str(key): frame_stack_frames(steps) for key, steps in preprocessing.items()}
-        return {key: count for key, count in frames.items() if count} or None
-    if preprocessing and preprocessing[0]["type"] == "frame_stack":
-        return preprocessing[0]["frames"]
-    return None
+        parts = {str(key): plan(steps) for key, steps in preprocessing.items()}
+        frames = {key: part.frames for key, part in parts.items() if part.frames}
+        normalized = {key for key, part in parts.items() if part.normalized}
+        return Plan(frames or None, normalized or None,
+                    {key: part.network for key, part in parts.items()})
+    steps = list(preprocessing or [])
+    frames = steps[0]["frames"] if steps and steps[0]["type"] == "frame_stack" else None
+    normalized = True if any(step["type"] == "normalize" for step in steps) else None
+    network = [step for step in steps if step["type"] not in ("frame_stack", "normalize")]
+    return Plan(frames, normalized, network)
 
 
 def _check_list(value, where, types, noun):

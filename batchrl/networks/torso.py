@@ -9,6 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from batchrl.networks import spec as network_spec
+
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma weights.
 
 
@@ -87,11 +89,9 @@ class _Chain(keras.layers.Layer):
 
     def __init__(self, layers, preprocessing, space, defaults, where="network", name="chain"):
         super().__init__(name=name)
-        # The batch of environments stacks the frames (`batchrl.environments.frame_stack`)
-        # and the algorithm normalizes (its observation filter): the observation arrives
-        # stacked and normalized.
-        preprocessing = [spec for spec in preprocessing
-                         if spec["type"] not in ("frame_stack", "normalize")]
+        # The steps of the network's floor (`spec.plan`): the observation arrives stacked
+        # and normalized.
+        preprocessing = network_spec.plan(preprocessing).network
         self._steps = [_preprocess(spec, space) for spec in preprocessing]
         self._declared = [_layer(spec, defaults) for spec in layers]
         for index, layer in enumerate(self._declared):  # Tracked for checkpoints.

@@ -60,7 +60,7 @@ def export_run(config, checkpoint, outdir, seed=0):
         batch_env, observation_space, action_space = _environment(config, stack)
         agent = build_lib.build(config, batch_env)
         restore(agent, checkpoint)
-        frames = network_spec.frame_stack_frames(config.preprocessing)
+        frames = network_spec.plan(config.preprocessing).frames
         if frames:  # The policy takes the stacked frames (`frame_stack`).
             observation_space = stacked_space(observation_space, frames)
         export_lib.export_policy(agent.algo, observation_space, action_space, outdir, seed)

@@ -354,7 +354,7 @@ def test_a_normalize_step_normalizes_only_the_entries_that_list_it():
 ])
 def test_normalize_comes_first_or_after_frame_stack(steps, message):
     if message is None:
-        assert network_spec.normalized_keys(network_spec.check_preprocessing(steps)) is True
+        assert network_spec.plan(network_spec.check_preprocessing(steps)).normalized is True
     else:
         with pytest.raises(configs.ConfigError, match=message):
             network_spec.check_preprocessing(steps)
@@ -367,3 +367,24 @@ def test_a_normalize_step_and_normalize_observ_are_one_or_the_other():
         "normalize_observ": True, "preprocessing": {"cue": [{"type": "normalize"}]}})
     with pytest.raises(configs.ConfigError, match="choose one"):
         build.check(config)
+
+
+def test_the_plan_puts_each_step_on_its_floor():
+    """`spec.plan`: `frame_stack` to the batch of environments, `normalize` to the acting
+    half's filter, the rest to the network in its order; per `Dict` entry the same, with
+    only the entries that have a stack or a normalization named."""
+    steps = network_spec.check_preprocessing([
+        {"type": "frame_stack", "frames": 4}, {"type": "normalize"},
+        {"type": "scale", "factor": 0.5}, {"type": "grayscale"}])
+    frames, normalized, network = network_spec.plan(steps)
+    assert (frames, normalized) == (4, True)
+    assert [step["type"] for step in network] == ["scale", "grayscale"]
+    assert network[0]["factor"] == 0.5
+    assert network_spec.plan([]) == (None, None, [])
+    mapped = network_spec.check_preprocessing({
+        "image": [{"type": "frame_stack", "frames": 2}, {"type": "scale"}],
+        "position": [{"type": "normalize"}]})
+    frames, normalized, network = network_spec.plan(mapped)
+    assert frames == {"image": 2} and normalized == {"position"}
+    assert {key: [step["type"] for step in value] for key, value in network.items()} == {
+        "image": ["scale"], "position": []}
