@@ -415,19 +415,14 @@ class OnPolicyAlgorithm(Algorithm):
         """One update on a fragment that an actor recorded (`recording`,
         `batchrl.distributed.fragment.FragmentRecorder.record`: raw observations, rewards,
         the behaviour policy's parameters, `[rows, rollout_length, ...]`, any number of
-        rows) instead of this process's memory: the fragment becomes the batch that a
-        memory of rollouts gives (`_rollout_batch`, the same keys) and `update(batch)`
-        runs on it once. The observations are normalized with the statistics as they are,
-        which the fragment's valid steps then update, as they update the reward
-        normalizer's. With `log`, the update's summaries (those of an update in this
-        process: `_train`) go to the default summary writer at its default step. Returns
-        the diagnostics of `update` (tensors) and `updates`: 1.
-
-        Every on-policy algorithm that reads `rollout_length` learns so (the registry's
-        `actors: fragments`); the update is the same function as in one process, so an
-        algorithm whose update does not assume its own policy acted (IMPALA's V-trace,
-        APPO; PPO's and the `build_algorithm` losses' ratios are taken to the stored
-        policy that acted) learns from lagged fragments as it would in one process.
+        rows): it becomes the batch a memory of rollouts gives (`_rollout_batch`) and
+        `update(batch)` runs on it, for every algorithm that reads `rollout_length`. The
+        observations are normalized with the statistics as they are, which the fragment's
+        valid steps then update, as they update the reward normalizer's. With `log`, the
+        update's summaries (`_train`'s) go to the default summary writer at its default
+        step. Returns the diagnostics of `update` (tensors) and `updates`: 1. Only V-trace
+        (IMPALA, APPO) corrects the value targets for the lag; the others' ratios are
+        taken to the stored policy that acted.
 
         Raises:
           NotImplementedError: the algorithm does not read `rollout_length` (it learns
@@ -598,9 +593,8 @@ class OnPolicyAlgorithm(Algorithm):
                 + self._value_optimizer.scale_learning_rate(scale))
 
     def _replay(self, observ):
-        """The current policy's parameters on the rows of a batch (`[rows, time,
-        *observation_shape]`: whole episodes of the memory, or rollouts of a feed-forward
-        policy), replayed from the zero state; dict of `[rows, time, ...]`."""
+        """The current policy's parameters on a batch's rows of observations `[rows, time,
+        ...]`, each replayed from the zero state; dict of `[rows, time, ...]`."""
         params, _ = self._networks.policy(
             observ, tf.zeros([tf.shape(observ)[0], self._state_size]))
         return params
