@@ -196,3 +196,12 @@ def test_tests_mirror_the_package():
     assert not {f"test_{room}.py" for room in rooms} & {path.name for path in tests.glob("*.py")}
     for folder in folders:
         assert (tests / folder / "__init__.py").exists(), folder
+
+
+def test_no_module_is_longer_than_600_lines():
+    """One concept per file: a module past 600 lines is usually two (the bound of the
+    composition issue); the list names each one over it."""
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+               for path in ROOT.rglob("*.py")}
+    assert max(lengths.values()) > 300  # The files were read.
+    assert {path: count for path, count in lengths.items() if count > 600} == {}
