@@ -53,6 +53,7 @@ ALGORITHMS = registry.NAMES
 _OPTIMIZERS = {"optimizer", "value_optimizer"}  # Declarations (batchrl/optimizers/spec.py).
 _OPTIONAL_STR = {"ray_address"}
 _CHOICES = {"kl_reference": ("behaviour", "update_start"),
+            "recurrent_replay": ("unroll", "stepwise"),
             "activation": ("relu", "tanh"), "lr_schedule": ("constant", "linear"),
             "kl_schedule": ("constant", "linear"),
             "reward_normalizer": ("reward", "return"),

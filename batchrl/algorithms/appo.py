@@ -58,7 +58,7 @@ class APPO(IMPALA):
     policy-gradient term on normalized advantages (d r / d theta = d log pi / d theta at
     r = 1).
 
-    A recurrent policy is replayed step by step from its stored states, as by IMPALA.
+    A recurrent policy is replayed as by IMPALA (`recurrent_replay`).
 
     Args:
       batch_env, step, is_training, should_log: as for `IMPALA`.
@@ -130,7 +130,9 @@ class APPO(IMPALA):
             "advantage": advantage_lib.normalize(advantage, mask),
             "old_log_prob": old_log_prob,
             **{"old_policy_" + key: value for key, value in start_params.items()},
-            **{key: value for key, value in batch.items() if key == "state"}}
+            # A recurrent policy's rows: their stored states and ends (`_replayed`).
+            **{key: value for key, value in batch.items() if key == "state"},
+            **({"done": batch["done"]} if self._recurrent else {})}
         rows = tf.shape(mask)[0]
         size = config.batch_size
         if size is None:

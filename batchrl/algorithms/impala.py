@@ -62,8 +62,11 @@ class IMPALA(OnPolicyAlgorithm):
     the rollouts give ratios pi / mu of 1, so that the targets are the n-step returns to
     the row's end (lambda-returns with `gae_lambda` below 1): synchronous A2C with those
     returns. A recurrent policy keeps each agent's state across rows (reset where an
-    episode begins) and is replayed step by step from the states stored with the steps
-    (`parts.stepwise_policy`: no gradient through time); a feed-forward one is replayed
+    episode begins) and stores it with every step; the update unrolls each row from the
+    state stored at its first step, zeroed where an episode begins inside the row, with
+    gradients through time (`recurrent_replay: unroll`, `parts.unrolled_policy`), or
+    replays each step alone from its stored state (`stepwise`, `parts.stepwise_policy`:
+    no gradient through time); a feed-forward one is replayed
     row by row.
 
     Args:
@@ -83,7 +86,7 @@ class IMPALA(OnPolicyAlgorithm):
     config_keys = OnPolicyAlgorithm.config_keys | {
         "rollout_length", "policy_lr", "optimizer", "max_gradient_norm", "gae_lambda",
         "rho_bar", "c_bar", "value_coef", "entropy_coef", "lr_schedule", "jit_update",
-        "value_optimizer", "value_lr"}
+        "value_optimizer", "value_lr", "recurrent_replay"}
 
     @staticmethod
     def check_config(config):
@@ -195,14 +198,18 @@ class IMPALA(OnPolicyAlgorithm):
 
     def _replayed(self, batch, distribution=None):
         """The current policy's distribution on the batch's rows (`initial_state` zeros);
-        for a recurrent policy, each step from its stored `state`
-        (`parts.stepwise_policy`). `distribution` (None: the policy's) is what is built
-        of the parameters' dict; `dict` returns the parameters themselves (float32
-        `[rows, time, ...]`)."""
+        for a recurrent policy, each row unrolled from its first stored `state` with the
+        state zeroed where an episode begins (`recurrent_replay: unroll`,
+        `parts.unrolled_policy`: gradients through time), or each step from its stored
+        `state` (`stepwise`, `parts.stepwise_policy`). `distribution` (None: the
+        policy's) is what is built of the parameters' dict; `dict` returns the parameters
+        themselves (float32 `[rows, time, ...]`)."""
         distribution = distribution or self._distribution
-        if self._recurrent:
-            return parts.stepwise_policy(self._networks, distribution, batch)
-        return parts.current_policy(self._networks, distribution, batch)
+        if not self._recurrent:
+            return parts.current_policy(self._networks, distribution, batch)
+        if self._config.recurrent_replay == "unroll":
+            return parts.unrolled_policy(self._networks, distribution, batch)
+        return parts.stepwise_policy(self._networks, distribution, batch)
 
     def _scale_learning_rates(self, scale):
         """The optimizers' learning rates times `scale` (`lr_schedule`)."""

@@ -37,6 +37,20 @@ def stepwise_policy(networks, distribution, batch):
     return distribution({key: unflatten(value) for key, value in params.items()})
 
 
+def unrolled_policy(networks, distribution, batch):
+    """The distribution of the policy as its variables are now, each row of the batch
+    unrolled from the recurrent state stored at its first step (`batch["state"][:, 0]`),
+    the state zeroed before each step that begins an episode (the step after a `done`):
+    rows that run across episode ends are replayed as they were acted, and gradients flow
+    through time inside each episode (`batchrl.networks.recurrence.unroll`; the mask of
+    R2D2, Kapturowski et al., ICLR 2019, section 3, without a burn-in). Parameters
+    `[rows, time, ...]`."""
+    done = batch["done"]
+    reset = tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], 1)
+    params, _ = networks.policy(batch["observ"], batch["state"][:, 0], reset=reset)
+    return distribution(params)
+
+
 def stored_policy(distribution, batch, prefix="policy_"):
     """The distribution of the parameters stored in the batch under `prefix`: `policy_`,
     the policy that acted; `old_policy_`, the policy when the update began."""

@@ -5,7 +5,10 @@ Every policy is called as `policy(observ, state)` with observations `[batch, tim
 *observation_shape]` and the recurrent state at the first step, float32 `[batch,
 state_size]`, and returns `(params, state)`: a dict of distribution parameters, each
 `[batch, time, ...]`, and the state after the last step (feed-forward policies have
-`state_size` 0 and pass the empty state through). `ValueNetwork` maps the same
+`state_size` 0 and pass the empty state through). `policy(observ, state, reset=reset)`
+with bool `reset` `[batch, time]` zeroes a recurrent policy's state before the steps that
+begin an episode (`batchrl.networks.recurrence.unroll`): rows that run across episode ends
+are replayed as they were acted. `ValueNetwork` maps the same
 observations to float32 `[batch, time]`.
 """
 
@@ -16,13 +19,15 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.networks.mlp import MLP, dense_layers
+from batchrl.networks.recurrence import unroll
 
 
-def _run_hidden(layer, observ, state):
+def _run_hidden(layer, observ, state, reset=None):
     """`(hidden, state)`: the hidden layer's output and the next recurrent state; a
-    feed-forward layer (no `state_size`) passes the state through."""
+    feed-forward layer (no `state_size`) passes the state through. A recurrent one zeroes
+    the state before the steps where `reset` (bool `[batch, time]`, or None) is True."""
     if getattr(layer, "state_size", 0):
-        return layer(observ, state)
+        return layer(observ, state) if reset is None else layer(observ, state, reset=reset)
     return layer(observ), state
 
 
@@ -86,8 +91,8 @@ class GaussianPolicy(keras.Model):
         self.state_size = int(getattr(self._hidden, "state_size", 0))
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
-    def call(self, observ, state):
-        hidden, state = _run_hidden(self._hidden, observ, state)
+    def call(self, observ, state, reset=None):
+        hidden, state = _run_hidden(self._hidden, observ, state, reset)
         return self._head(hidden), state
 
 
@@ -118,8 +123,11 @@ class RecurrentGaussianPolicy(keras.Model):
             name="gru")
         self._head = _GaussianHead(action_size, init_std, init_mean_factor)
 
-    def call(self, observ, state):
-        outputs, state = self._rnn(self._encoder(observ), initial_state=state)
+    def call(self, observ, state, reset=None):
+        if reset is None:
+            outputs, state = self._rnn(self._encoder(observ), initial_state=state)
+        else:
+            outputs, state = unroll(self._rnn.cell, self._encoder(observ), state, reset)
         return self._head(outputs), state
 
 
@@ -153,8 +161,8 @@ class CategoricalPolicy(keras.Model):
                 scale=init_mean_factor, mode="fan_avg", distribution="uniform"), name="logits")
         self._action_mask = action_mask
 
-    def call(self, observ, state):
-        hidden, state = _run_hidden(self._hidden, observ, state)
+    def call(self, observ, state, reset=None):
+        hidden, state = _run_hidden(self._hidden, observ, state, reset)
         logits = self._logits(hidden)
         if self._action_mask is not None:
             offset, size = self._action_mask
@@ -248,8 +256,8 @@ class CompositePolicy(keras.Model):
         self._heads = _tracked(self, "head", layers)
         self.state_size = int(getattr(self._hidden, "state_size", 0))
 
-    def call(self, observ, state):
-        hidden, state = _run_hidden(self._hidden, observ, state)
+    def call(self, observ, state, reset=None):
+        hidden, state = _run_hidden(self._hidden, observ, state, reset)
         params = {}
         for index, head in enumerate(self._heads):
             if self._action_mask is not None:  # The single categorical head.

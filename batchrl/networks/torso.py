@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.networks import spec as network_spec
+from batchrl.networks.recurrence import unroll
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma weights.
 
@@ -280,7 +281,8 @@ class _Outputs:
 class RecurrentTorso(keras.layers.Layer):
     """A feed-forward `Torso`, then a recurrent layer over the time axis:
     `(observ [batch, time, *shape], state [batch, state_size])` -> `(float32 [batch, time,
-    units], state)`.
+    units], state)`; with `reset` (bool `[batch, time]`), the state is zeroed before the
+    steps where it is True (`recurrence.unroll`).
 
     Args:
       torso: the `Torso` of the layers before the recurrent one.
@@ -303,8 +305,10 @@ class RecurrentTorso(keras.layers.Layer):
         self.state_size = 2 * units if self._lstm else units
         self.output_size = units
 
-    def call(self, observ, state):
+    def call(self, observ, state, reset=None):
         hidden = self._torso(observ)
+        if reset is not None:  # Episodes begin inside the rows (`recurrence.unroll`).
+            return unroll(self._rnn.cell, hidden, state, reset, self._lstm)
         if self._lstm:
             h, c = tf.split(state, 2, axis=-1)
             outputs, h, c = self._rnn(hidden, initial_state=[h, c])

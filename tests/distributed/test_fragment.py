@@ -150,13 +150,16 @@ def test_a_recurrent_policys_states_run_on_across_fragments_and_reset_at_episode
                                        params["mean"].numpy()[0, 0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("replay", ["unroll", "stepwise"])
 @pytest.mark.parametrize("learner_class", [IMPALA, APPO])
 def test_a_recurrent_policy_replayed_from_its_stored_states_acts_as_it_acted(
-        learner_class):
-    """Replayed step by step from the stored states (`stepwise_policy`), the learner's
-    policy with the actor's weights gives the behaviour policy's probabilities: the
-    importance weights pi / mu at the update's start are 1."""
-    config = _config(recurrent_gaussian)
+        learner_class, replay):
+    """Unrolled over each row from its first stored state, reset where episodes begin
+    inside it (`unrolled_policy`), or replayed step by step from the stored states
+    (`stepwise_policy`), the learner's policy with the actor's weights gives the behaviour
+    policy's probabilities: the importance weights pi / mu at the update's start are 1.
+    (Fragments of 6 steps of episodes of 2 to 5: episodes begin inside the rows.)"""
+    config = _config(recurrent_gaussian, recurrent_replay=replay)
     recorder, actor, _ = _recorder(config)
     recorder.record()  # The next fragment starts from states carried over.
     learner = _algorithm(config, learner_class)
