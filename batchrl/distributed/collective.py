@@ -1,0 +1,67 @@
+"""Learners that share the update (issue 61): the mean of every learner's gradients before
+each step, on TensorFlow's own collective all-reduce (the engine of
+`tf.distribute.MultiWorkerMirroredStrategy`: gRPC between the learner processes, the cluster
+given by `TF_CONFIG`). Each learner computes the gradient of its own batch and steps on the
+mean, so that M learners with equal batches step as one learner on their union
+(`tests/distributed/test_collective.py`). The learners' loop, their actors and `learners: M`
+come next; what one all-reduce costs here: docs/scaling.md, `benchmarks.allreduce`."""
+
+import json
+import os
+
+import tensorflow as tf
+from tensorflow.python.ops import collective_ops
+
+
+class GradientMean:
+    """The element-wise mean of a list of gradients over the `learners` processes of the
+    cluster, graph code: all of them packed into one float32 vector, one all-reduce, and
+    unpacked (`__call__`). Every learner must call it as often and in the same order (the
+    learners step in lock-step); each traced call site gets an instance key of its own.
+
+    Args:
+      learners: int >= 2, the processes of the cluster.
+      device: str, this process's device of the cluster (`/job:worker/replica:0/task:I/...`).
+      timeout: float seconds a learner waits for the others before its all-reduce fails
+        (`tf.errors.DeadlineExceededError` or `UnavailableError`), or None: no bound.
+    """
+
+    def __init__(self, learners, device, timeout=None):
+        self.learners = int(learners)
+        self._device = device
+        self._timeout = 0.0 if timeout is None else float(timeout)
+        self._keys = 0
+
+    def __call__(self, gradients):
+        """`gradients` (list of float32 tensors, or None for a variable without one)
+        averaged over the learners; None stays None."""
+        present = [gradient for gradient in gradients if gradient is not None]
+        if not present:
+            return list(gradients)
+        self._keys += 1  # At tracing: one key per call site, the same on every learner.
+        with tf.device(self._device):
+            flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in present], 0)
+            mean = collective_ops.all_reduce_v2(
+                flat, group_size=self.learners, group_key=1, instance_key=self._keys,
+                merge_op="Add", final_op="Div", timeout=self._timeout)
+        sizes = [g.shape.num_elements() if g.shape.is_fully_defined() else tf.size(g)
+                 for g in present]
+        parts = iter(tf.split(mean, sizes))
+        return [None if gradient is None else tf.reshape(next(parts), tf.shape(gradient))
+                for gradient in gradients]
+
+
+def connect(addresses, index, timeout=None):
+    """Makes this process learner `index` of the cluster of learner processes at
+    `addresses` (list of "host:port", one per learner, in order; this one listens on its
+    own): sets `TF_CONFIG` and starts TensorFlow's collective executor (a
+    `MultiWorkerMirroredStrategy`), which waits for the others. Call it before TensorFlow
+    runs anything else in the process.
+
+    Returns:
+      `GradientMean` for this process.
+    """
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": int(index)}})
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    return GradientMean(len(addresses), strategy.extended.worker_devices[0], timeout)
