@@ -112,28 +112,23 @@ class IMPALA(OnPolicyAlgorithm):
             config.max_gradient_norm, "optimizer")
         self._build_optimizers(
             policy_optimizer, self._separate_value_optimizer(config, policy_optimizer))
-        self._gradient_mean = None  # `share_gradients`.
 
-    def share_gradients(self, mean):
-        """Steps on the mean of every learner's gradients from now on: `mean` (a
-        `batchrl.distributed.collective.GradientMean`) averages each step's gradients over
-        the learner processes before the optimizer clips and applies them, so that learners
-        that start from the same weights and learn from batches of equal size step as one
-        learner on their union. Call it before the first update (the update traces it in).
+    def share_update(self, all_reduce):
+        """Learns as one of several learners from now on: `all_reduce` (a
+        `batchrl.distributed.collective.AllReduce`) averages each step's gradients over the
+        learner processes before the optimizer clips and applies them, and adds every
+        learner's fragment to the normalizers' statistics, so that learners that start from
+        the same weights and learn from fragments of equal size step as one learner on
+        their union. Call it before the first update (the update traces it in).
 
         Raises:
           ValueError: an optimizer that does not step on gradients (`natural_gradient`,
-            `line_search`), or `normalize_observ` / `normalize_reward` (each learner's
-            normalizer would follow its own batches; not shared yet).
+            `line_search`).
         """
         if not self._policy_optimizer.steps_on_gradients:
             raise ValueError(f"{self.name}: learners share gradients, and optimizer "
                              f"{self._config.get('optimizer')} does not step on them")
-        if self._config.normalize_observ or self._config.normalize_reward:
-            raise ValueError(f"{self.name}: learners that share the update need "
-                             f"normalize_observ and normalize_reward false (the normalizers' "
-                             f"statistics are not shared yet)")
-        self._gradient_mean = mean
+        self._all_reduce = all_reduce
 
     def update(self, batch):
         """One update on a batch of `_memory_batch`'s keys (rows of `rollout_length` steps).
@@ -197,8 +192,8 @@ class IMPALA(OnPolicyAlgorithm):
         with tf.GradientTape() as tape:
             loss = loss_fn()
         gradients = optimizer_base.gradients(tape, loss, variables)
-        if self._gradient_mean is not None:  # Learners that share the update.
-            gradients = self._gradient_mean(gradients)
+        if self._all_reduce is not None:  # Learners that share the update.
+            gradients = self._all_reduce.mean(gradients)
         parts_of = {}  # Each network's own variables and their gradients.
         for name, network, other in (("policy", self._networks.policy, self._networks.value),
                                      ("value", self._networks.value, self._networks.policy)):

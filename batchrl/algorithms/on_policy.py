@@ -193,8 +193,8 @@ class OnPolicyAlgorithm(Algorithm):
         # With `jit_update`, XLA compiles the update's many small ops (minibatch steps of
         # small networks) into a few kernels.
         self._update = self._compile(self._memory_update)
-        # What `learn` runs on an actor's fragment (rows of `rollout_length` steps).
-        self._learn = self._compile(self._fragment_update)
+        self._all_reduce = None  # Learners that share the update (IMPALA.share_update).
+        self._learn = self._compile(self._fragment_update)  # `learn`'s, on a fragment.
         self._learn_and_log = tf.function(self._fragment_learn, autograph=False)
 
     @property
@@ -460,12 +460,12 @@ class OnPolicyAlgorithm(Algorithm):
         with tf.control_dependencies(self._schedule_learning_rates()):
             observ = self._normalized(fragment["observ"])
             next_observ = self._normalized(fragment["next_observ"])
-        valid = mask > 0
-        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid))]
+        valid, shared = mask > 0, self._all_reduce
+        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid), shared)]
         if not self._raw_observ:
             with tf.control_dependencies([observ, next_observ]):
                 statistics.append(self._observ_filter.update(
-                    tf.boolean_mask(fragment["observ"], valid)))
+                    tf.boolean_mask(fragment["observ"], valid), shared))
         with tf.control_dependencies(statistics):
             rows = dict(fragment, reward=reward,
                         done=tf.convert_to_tensor(fragment["done"], tf.bool))

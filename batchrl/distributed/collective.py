@@ -13,11 +13,12 @@ import tensorflow as tf
 from tensorflow.python.ops import collective_ops
 
 
-class GradientMean:
-    """The element-wise mean of a list of gradients over the `learners` processes of the
-    cluster, graph code: all of them packed into one float32 vector, one all-reduce, and
-    unpacked (`__call__`). Every learner must call it as often and in the same order (the
-    learners step in lock-step); each traced call site gets an instance key of its own.
+class AllReduce:
+    """Sums and means over the `learners` processes of the cluster, graph code: `mean` of a
+    step's gradients (all packed into one float32 vector: one all-reduce) and `sum` of a
+    tensor of any dtype (the normalizers' statistics). Every learner must make the same
+    calls in the same order (the learners step in lock-step); each traced call site gets an
+    instance key of its own.
 
     Args:
       learners: int >= 2, the processes of the cluster.
@@ -32,18 +33,25 @@ class GradientMean:
         self._timeout = 0.0 if timeout is None else float(timeout)
         self._keys = 0
 
-    def __call__(self, gradients):
+    def _reduce(self, tensor, final_op):
+        self._keys += 1  # At tracing: one key per call site, the same on every learner.
+        with tf.device(self._device):
+            return collective_ops.all_reduce_v2(
+                tensor, group_size=self.learners, group_key=1, instance_key=self._keys,
+                merge_op="Add", final_op=final_op, timeout=self._timeout)
+
+    def sum(self, tensor):
+        """`tensor` summed element-wise over the learners (its shape and dtype)."""
+        return self._reduce(tensor, "Id")
+
+    def mean(self, gradients):
         """`gradients` (list of float32 tensors, or None for a variable without one)
         averaged over the learners; None stays None."""
         present = [gradient for gradient in gradients if gradient is not None]
         if not present:
             return list(gradients)
-        self._keys += 1  # At tracing: one key per call site, the same on every learner.
-        with tf.device(self._device):
-            flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in present], 0)
-            mean = collective_ops.all_reduce_v2(
-                flat, group_size=self.learners, group_key=1, instance_key=self._keys,
-                merge_op="Add", final_op="Div", timeout=self._timeout)
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in present], 0)
+        mean = self._reduce(flat, "Div")
         sizes = [g.shape.num_elements() if g.shape.is_fully_defined() else tf.size(g)
                  for g in present]
         parts = iter(tf.split(mean, sizes))
@@ -59,9 +67,9 @@ def connect(addresses, index, timeout=None):
     runs anything else in the process.
 
     Returns:
-      `GradientMean` for this process.
+      `AllReduce` for this process.
     """
     os.environ["TF_CONFIG"] = json.dumps({
         "cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": int(index)}})
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    return GradientMean(len(addresses), strategy.extended.worker_devices[0], timeout)
+    return AllReduce(len(addresses), strategy.extended.worker_devices[0], timeout)

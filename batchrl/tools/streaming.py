@@ -133,11 +133,16 @@ class StreamingNormalize(tf.Module):
         std = tf.where(count > 1.0, tf.sqrt(variance), tf.ones_like(variance))
         return tf.cast(std, tf.float32)
 
-    def update(self, values):
+    def update(self, values, all_reduce=None):
         """Adds a batch of values to the statistics.
 
         Args:
           values: tensor of shape `[batch, *shape]`; the batch may be empty.
+          all_reduce: None, or an object whose `sum(tensor)` sums a float64 tensor over
+            processes that make the same call (`batchrl.distributed.collective.AllReduce`):
+            then the batch added is the union of every process's `values` (their count,
+            mean and sum of squared deviations from the union's mean, in two sums), so
+            that the processes' statistics stay equal.
 
         Returns:
           The op (a tensor) that updates the statistics.
@@ -149,8 +154,16 @@ class StreamingNormalize(tf.Module):
         values = tf.debugging.assert_all_finite(values, f"{self.name}: non-finite value")
         batch_count = tf.shape(values, out_type=tf.int64)[0]
         batch_size = tf.cast(batch_count, tf.float64)
-        batch_mean = tf.reduce_sum(values, 0) / tf.maximum(batch_size, 1.0)
+        total = tf.reduce_sum(values, 0)
+        if all_reduce is not None:  # The union of every process's batch.
+            summed = all_reduce.sum(tf.concat([batch_size[None], tf.reshape(total, [-1])], 0))
+            batch_size = summed[0]
+            batch_count = tf.cast(batch_size, tf.int64)
+            total = tf.reshape(summed[1:], tf.shape(total))
+        batch_mean = total / tf.maximum(batch_size, 1.0)
         batch_var_sum = tf.reduce_sum(tf.square(values - batch_mean), 0)
+        if all_reduce is not None:
+            batch_var_sum = all_reduce.sum(batch_var_sum)
         old_count = tf.cast(self._count, tf.float64)
         new_count = old_count + batch_size
         delta = batch_mean - self._mean

@@ -11,7 +11,7 @@ import sys
 def main(index, ports, fragments_path, out_path):
     from batchrl.distributed import collective
 
-    mean = collective.connect([f"localhost:{port}" for port in ports.split(",")], index,
+    all_reduce = collective.connect([f"localhost:{port}" for port in ports.split(",")], index,
                               timeout=60)
     import numpy as np
 
@@ -19,10 +19,12 @@ def main(index, ports, fragments_path, out_path):
 
     fragments = test_collective.load(fragments_path)
     learner = test_collective.learner()
-    learner.share_gradients(mean)
+    learner.share_update(all_reduce)
     for fragment in fragments[index::2]:
         learner.learn(fragment)
-    np.savez(out_path, *[variable.numpy() for variable in learner._joint_variables()])
+    variables = (learner._joint_variables() + list(learner._observ_filter.variables)
+                 + list(learner._reward_filter.variables))
+    np.savez(out_path, *[variable.numpy() for variable in variables])
 
 
 if __name__ == "__main__":
