@@ -40,6 +40,50 @@ def double_q_target(reward, discount, next_online_q, next_target_q, double=True)
     return reward + discount * value
 
 
+class DQNCritic(Critic):
+    """DQN's TD error: the online Q network (the acting half's policy) and its target
+    network (`target_policy`), y = `double_q_target` (config `double_q`)."""
+
+    def __init__(self, acting, config):
+        super().__init__(acting, config)
+        self.target_q = off_policy.target_of(acting.policy, acting.make_policy,
+                                             tf.zeros((1,) + acting.observ_shape))
+        self.trackables = {"target_policy": self.target_q}
+
+    def q_values(self, batch):
+        return tf.gather(self.acting.policy(batch["observ"]),
+                         tf.cast(batch["action"], tf.int32), batch_dims=1)
+
+    def target(self, batch, next_q=None):
+        """`double_q_target` of a batch of normalized observations; `next_q`, the online
+        Q(s', .) if computed before (None: computed here)."""
+        nextob = batch["nextob"]
+        if next_q is None:
+            next_q = self.acting.masked_q(nextob)
+        return tf.stop_gradient(double_q_target(
+            batch["reward"], batch["discount"], next_q,
+            self.acting.masked_q(nextob, self.target_q(nextob)),
+            bool(self._config.double_q)))
+
+    def td_error_from_values(self, batch, q_taken, next_q):
+        """`td_error` from Q values computed before: `|Q(s, a) - y|` with `Q(s, a)` =
+        `q_taken` and y = `double_q_target` of the online values `next_q` = Q(s', .) and
+        the target network's on `nextob`, its one network pass. Horgan et al. 2018
+        (arXiv:1803.00933), algorithm 1: an actor's transitions take their first priorities
+        from the Q values it acted with.
+
+        Args:
+          batch: dict of `reward`, `discount` float32 `[n]` and raw `nextob` `[n, ...]`.
+          q_taken: float32 `[n]`, Q(s, a) of the transitions' first steps.
+          next_q: float32 `[n, num_actions]`, `DQNActor.values` of their `nextob`.
+
+        Returns:
+          float32 `[n]`.
+        """
+        batch = dict(batch, nextob=self.normalized(batch["nextob"]))
+        return tf.abs(q_taken - self.target(batch, next_q))
+
+
 class DQNActor(OffPolicyActor):
     """DQN's acting half: the Q network (`value_layers`, or a torso of the config's declared
     layers; a dueling head with `dueling`), greedy in Q (never choosing an action the
@@ -53,6 +97,7 @@ class DQNActor(OffPolicyActor):
     default_exploration = {"type": "epsilon_decay", "initial": 1.0, "final": 0.05,
                            "steps": 10000}
     discrete = True
+    critic_class = DQNCritic
 
     def __init__(self, observation_space, action_space, config, *args, **kwargs):
         self.count = int(action_space.n)
@@ -117,53 +162,6 @@ class DQNActor(OffPolicyActor):
         else:
             random = exploration_lib.uniform_allowed(allowed, generator)
         return tf.where(generator.uniform(count) < final, random, greedy)
-
-
-class DQNCritic(Critic):
-    """DQN's TD error: the online Q network (the acting half's policy) and its target
-    network (`target_policy`), y = `double_q_target` (config `double_q`)."""
-
-    def __init__(self, acting, config):
-        super().__init__(acting, config)
-        self.target_q = off_policy.target_of(acting.policy, acting.make_policy,
-                                             tf.zeros((1,) + acting.observ_shape))
-        self.trackables = {"target_policy": self.target_q}
-
-    def q_values(self, batch):
-        return tf.gather(self.acting.policy(batch["observ"]),
-                         tf.cast(batch["action"], tf.int32), batch_dims=1)
-
-    def target(self, batch, next_q=None):
-        """`double_q_target` of a batch of normalized observations; `next_q`, the online
-        Q(s', .) if computed before (None: computed here)."""
-        nextob = batch["nextob"]
-        if next_q is None:
-            next_q = self.acting.masked_q(nextob)
-        return tf.stop_gradient(double_q_target(
-            batch["reward"], batch["discount"], next_q,
-            self.acting.masked_q(nextob, self.target_q(nextob)),
-            bool(self._config.double_q)))
-
-    def td_error_from_values(self, batch, q_taken, next_q):
-        """`td_error` from Q values computed before: `|Q(s, a) - y|` with `Q(s, a)` =
-        `q_taken` and y = `double_q_target` of the online values `next_q` = Q(s', .) and
-        the target network's on `nextob`, its one network pass. Horgan et al. 2018
-        (arXiv:1803.00933), algorithm 1: an actor's transitions take their first priorities
-        from the Q values it acted with.
-
-        Args:
-          batch: dict of `reward`, `discount` float32 `[n]` and raw `nextob` `[n, ...]`.
-          q_taken: float32 `[n]`, Q(s, a) of the transitions' first steps.
-          next_q: float32 `[n, num_actions]`, `DQNActor.values` of their `nextob`.
-
-        Returns:
-          float32 `[n]`.
-        """
-        batch = dict(batch, nextob=self.normalized(batch["nextob"]))
-        return tf.abs(q_taken - self.target(batch, next_q))
-
-
-DQNActor.critic_class = DQNCritic
 
 
 class DQN(off_policy.OffPolicyAlgorithm):

@@ -17,10 +17,35 @@ from batchrl.networks.constructors import Networks
 from batchrl.tools.graph import after
 
 
+class SACCritic(TwinCritic):
+    """SAC's TD error: twin Q functions (`value_layers`; with declared layers, each its own
+    torso) and their Polyak-averaged targets, and the temperature alpha (`log_temperature`,
+    from `init_temperature`); y = R + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')),
+    a' ~ pi(.|s') drawn with the acting half's generator (Haarnoja et al. 2018, eq. 5–6)."""
+
+    def __init__(self, acting, config):
+        super().__init__(acting, config)
+        self.target_critic = self.make_target_critic()
+        with tf.name_scope("sac"):
+            self.log_alpha = tf.Variable(
+                math.log(config.init_temperature), trainable=False, name="log_temperature")
+        self.trackables = {"critic": self.critic, "target_critic": self.target_critic,
+                           "log_temperature": self.log_alpha}
+
+    def target(self, batch):
+        alpha = tf.exp(self.log_alpha)
+        next_action, next_log_prob = self.acting.sample(batch["nextob"], self.acting.generator)
+        next_q = tf.reduce_min(self.target_critic(batch["nextob"], next_action), 0)
+        return tf.stop_gradient(
+            batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
+
+
 class SACActor(OffPolicyActor):
     """SAC's acting half: a tanh-squashed Gaussian actor (`policy_layers`, or a torso of the
     config's declared layers); explored actions are sampled from it (no exploration on
     top by default), deterministic ones are tanh(mean)."""
+
+    critic_class = SACCritic
 
     def make_policy(self):
         config = self._config
@@ -48,32 +73,6 @@ class SACActor(OffPolicyActor):
     def sampled(self, observ, generator):
         action, _ = self.sample(observ, generator)
         return tf.reshape(action, (-1,) + self.action_shape)
-
-
-class SACCritic(TwinCritic):
-    """SAC's TD error: twin Q functions (`value_layers`; with declared layers, each its own
-    torso) and their Polyak-averaged targets, and the temperature alpha (`log_temperature`,
-    from `init_temperature`); y = R + gamma_k (min_j Q'_j(s', a') - alpha log pi(a'|s')),
-    a' ~ pi(.|s') drawn with the acting half's generator (Haarnoja et al. 2018, eq. 5–6)."""
-
-    def __init__(self, acting, config):
-        super().__init__(acting, config)
-        self.target_critic = self.make_target_critic()
-        with tf.name_scope("sac"):
-            self.log_alpha = tf.Variable(
-                math.log(config.init_temperature), trainable=False, name="log_temperature")
-        self.trackables = {"critic": self.critic, "target_critic": self.target_critic,
-                           "log_temperature": self.log_alpha}
-
-    def target(self, batch):
-        alpha = tf.exp(self.log_alpha)
-        next_action, next_log_prob = self.acting.sample(batch["nextob"], self.acting.generator)
-        next_q = tf.reduce_min(self.target_critic(batch["nextob"], next_action), 0)
-        return tf.stop_gradient(
-            batch["reward"] + batch["discount"] * (next_q - alpha * next_log_prob))
-
-
-SACActor.critic_class = SACCritic
 
 
 class SAC(off_policy.OffPolicyAlgorithm):

@@ -16,29 +16,6 @@ from batchrl.networks.constructors import Networks
 from batchrl.tools.graph import after
 
 
-class TD3Actor(OffPolicyActor):
-    """TD3's acting half: a deterministic actor mu(s) = tanh(MLP(s)) (`policy_layers`, or a
-    torso of the config's declared layers), perturbed while exploring by the config's
-    `exploration` (default Gaussian noise of std 0.1)."""
-
-    default_exploration = {"type": "gaussian", "std": 0.1}
-
-    def make_policy(self):
-        config = self._config
-        torso = config.get("torso")  # Declared layers (`build` makes the factory).
-        return q_networks.DeterministicActor(
-            int(math.prod(self.action_shape)), config.policy_layers, config.activation,
-            hidden=torso(self.observation_space) if torso is not None else None)
-
-    def greedy(self, observ):
-        return tf.reshape(self.policy(observ), (-1,) + self.action_shape)
-
-    def sampled(self, observ, generator):
-        action = self.greedy(observ)
-        std = self.exploration.spec.get("std", 0.0)
-        return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
-
-
 class TD3Critic(TwinCritic):
     """TD3's TD error: twin Q functions (`value_layers`; with declared layers, each its own
     torso), the target policy (`target_policy`) and the critics' targets; y = R + gamma_k
@@ -64,7 +41,28 @@ class TD3Critic(TwinCritic):
         return tf.stop_gradient(batch["reward"] + batch["discount"] * next_q)
 
 
-TD3Actor.critic_class = TD3Critic
+class TD3Actor(OffPolicyActor):
+    """TD3's acting half: a deterministic actor mu(s) = tanh(MLP(s)) (`policy_layers`, or a
+    torso of the config's declared layers), perturbed while exploring by the config's
+    `exploration` (default Gaussian noise of std 0.1)."""
+
+    default_exploration = {"type": "gaussian", "std": 0.1}
+    critic_class = TD3Critic
+
+    def make_policy(self):
+        config = self._config
+        torso = config.get("torso")  # Declared layers (`build` makes the factory).
+        return q_networks.DeterministicActor(
+            int(math.prod(self.action_shape)), config.policy_layers, config.activation,
+            hidden=torso(self.observation_space) if torso is not None else None)
+
+    def greedy(self, observ):
+        return tf.reshape(self.policy(observ), (-1,) + self.action_shape)
+
+    def sampled(self, observ, generator):
+        action = self.greedy(observ)
+        std = self.exploration.spec.get("std", 0.0)
+        return tf.clip_by_value(action + std * generator.normal(tf.shape(action)), -1.0, 1.0)
 
 
 class TD3(off_policy.OffPolicyAlgorithm):
