@@ -35,7 +35,7 @@ _POSITIVE = {"num_agents", "steps", "eval_every", "log_every", "update_every",
              "updates_per_step", "n_step", "target_update_rate", "target_update_every",
              "init_temperature", "policy_delay", "rollout_length", "clip_ratio",
              "rho_bar", "c_bar", "envs_per_actor", "actor_cpus", "fragments_in_flight",
-             "broadcast_every"}
+             "broadcast_every", "learners"}
 _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "value_coef", "worker_restarts",
                  "learning_starts", "target_noise", "target_noise_clip", "actors",

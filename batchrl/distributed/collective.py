@@ -8,6 +8,7 @@ come next; what one all-reduce costs here: docs/scaling.md, `benchmarks.allreduc
 
 import json
 import os
+import zlib
 
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
@@ -17,8 +18,10 @@ class AllReduce:
     """Sums and means over the `learners` processes of the cluster, graph code: `mean` of a
     step's gradients (all packed into one float32 vector: one all-reduce) and `sum` of a
     tensor of any dtype (the normalizers' statistics). Every learner must make the same
-    calls in the same order (the learners step in lock-step); each traced call site gets an
-    instance key of its own.
+    calls in the same order (the learners step in lock-step). Each call names what it
+    reduces, and the name gives its collective instance key (a hash, so the same on every
+    learner whatever else each process traced, e.g. a step function that holds the same
+    update without running it).
 
     Args:
       learners: int >= 2, the processes of the cluster.
@@ -31,27 +34,27 @@ class AllReduce:
         self.learners = int(learners)
         self._device = device
         self._timeout = 0.0 if timeout is None else float(timeout)
-        self._keys = 0
 
-    def _reduce(self, tensor, final_op):
-        self._keys += 1  # At tracing: one key per call site, the same on every learner.
+    def _reduce(self, tensor, final_op, name):
+        key = zlib.crc32(name.encode()) % (2 ** 30) + 1
         with tf.device(self._device):
             return collective_ops.all_reduce_v2(
-                tensor, group_size=self.learners, group_key=1, instance_key=self._keys,
+                tensor, group_size=self.learners, group_key=1, instance_key=key,
                 merge_op="Add", final_op=final_op, timeout=self._timeout)
 
-    def sum(self, tensor):
-        """`tensor` summed element-wise over the learners (its shape and dtype)."""
-        return self._reduce(tensor, "Id")
+    def sum(self, tensor, name):
+        """`tensor` summed element-wise over the learners (its shape and dtype); `name`
+        (str) says what it is, the same on every learner."""
+        return self._reduce(tensor, "Id", name)
 
-    def mean(self, gradients):
+    def mean(self, gradients, name="gradients"):
         """`gradients` (list of float32 tensors, or None for a variable without one)
-        averaged over the learners; None stays None."""
+        averaged over the learners; None stays None. `name` as for `sum`."""
         present = [gradient for gradient in gradients if gradient is not None]
         if not present:
             return list(gradients)
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in present], 0)
-        mean = self._reduce(flat, "Div")
+        mean = self._reduce(flat, "Div", name)
         sizes = [g.shape.num_elements() if g.shape.is_fully_defined() else tf.size(g)
                  for g in present]
         parts = iter(tf.split(mean, sizes))

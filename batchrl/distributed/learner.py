@@ -45,6 +45,34 @@ def check(config):
         raise configs.ConfigError(
             "config key 'actors' needs reward_normalizer: reward with normalize_reward (a "
             "discounted return runs across fragments, and the learner sees one at a time)")
+    if config.learners > 1:
+        _check_learners(config)
+
+
+def _check_learners(config):
+    """Checks `learners` above 1: an algorithm that shares its update (IMPALA, APPO), as
+    many actors for each learner, and no lag bound (the learners learn in lock-step: none
+    may drop a fragment)."""
+    from batchrl import build
+
+    if not hasattr(build.algorithm_class(config), "share_update"):
+        raise configs.ConfigError(
+            f"config key 'learners' ({config.learners}): algorithm {config.algorithm!r} does "
+            f"not share its update; impala and appo do (or learners: 1)")
+    if config.actors % config.learners:
+        raise configs.ConfigError(
+            f"config keys 'actors' ({config.actors}) and 'learners' ({config.learners}): "
+            f"each learner takes as many actors, so actors must be a multiple of learners")
+    if config.max_policy_lag is not None:
+        raise configs.ConfigError(
+            f"config key 'max_policy_lag' ({config.max_policy_lag}) with learners "
+            f"({config.learners}): the learners learn in lock-step and none may drop a "
+            f"fragment; set max_policy_lag: null")
+
+
+class LearnerFailed(EnvironmentFailed):
+    """With learners that share the update: another learner died or hung, and this one's
+    all-reduce failed (the run ends; its latest checkpoint is as it was)."""
 
 
 class ActorLearnerLoop(Loop):
@@ -82,11 +110,17 @@ class ActorLearnerLoop(Loop):
       pool: the `pool.ActorPool` (closed by the caller).
       broadcast_every: int >= 1.
       max_policy_lag: int >= 0 or None.
+      learners: the other learners that share the update (`learners.RemoteLearner` Ray
+        actors; their `join` done): each train phase makes as many updates on each, in
+        lock-step, and every update counts one fragment of each in the global step.
+      fragment_steps: int, the steps of one fragment (`envs_per_actor * rollout_length`),
+        with `learners`.
       **options: the other arguments of `Loop` (`steps`, `eval_every`, ...).
     """
 
     def __init__(self, logdir, batch_env, algo, step, is_training, should_log, checkpoint,
-                 pool, broadcast_every=1, max_policy_lag=None, **options):
+                 pool, broadcast_every=1, max_policy_lag=None, learners=(), fragment_steps=0,
+                 **options):
         self._version = tf.Variable(0, dtype=tf.int64, trainable=False,
                                     name="policy_version")
         checkpoint.policy_version = self._version
@@ -98,6 +132,8 @@ class ActorLearnerLoop(Loop):
         self._max_policy_lag = max_policy_lag
         self.dropped = 0  # Fragments too old to learn from, in this process.
         self._published = None  # The version last published.
+        self._learners = list(learners)  # The other learners (`learners.RemoteLearner`).
+        self._fragment_steps = int(fragment_steps)  # Steps of one fragment (theirs too).
 
     @property
     def version(self):
@@ -124,6 +160,7 @@ class ActorLearnerLoop(Loop):
         self._publish()
         version = self.version
         writer = self._writers["train"]
+        shares, others = 1 + len(self._learners), self._shared_phase(step, end)
         while step < end:
             self._check_stop()
             try:
@@ -136,7 +173,8 @@ class ActorLearnerLoop(Loop):
                 if self._published != version:
                     self._publish()
                 continue
-            after = step + int(np.sum(taken.fragment["length"]))
+            # With M learners an update learns from one fragment of each (as large).
+            after = step + shares * int(np.sum(taken.fragment["length"]))
             log = after >= next_log or after >= end
             while next_log <= after:
                 next_log += self._log_every
@@ -156,6 +194,8 @@ class ActorLearnerLoop(Loop):
                 window = _Window(after, len(scores))
             bar.update(after - step)
             step = after
+        if others:
+            self._ray.get(others)  # Their phase's updates, made with this one's.
         result = self._train_result(step, start_step, start_time, scores, lengths)
         if not scores:
             agents = self._pool.agents
@@ -167,10 +207,39 @@ class ActorLearnerLoop(Loop):
                 result.no_episode += f"; {self.dropped - dropped:,} fragments dropped for lag"
         return result
 
+    def _shared_phase(self, step, end):
+        """With other learners: starts their train phases of as many updates as this one's
+        from `step` to `end` (each update learns from one fragment of every learner, of
+        `envs_per_actor * rollout_length` steps); returns the calls to wait for."""
+        if not self._learners:
+            return []
+        import ray
+
+        self._ray = ray
+        per_update = (1 + len(self._learners)) * self._fragment_steps
+        updates = -(-(end - step) // per_update)
+        return [learner.train.remote(updates, self._broadcast_every)
+                for learner in self._learners]
+
     def _learn(self, taken, log):
         """Learns from `taken` (a `pool.Fragment`) with summaries while `log`, through the
-        algorithm's one way in (`Algorithm.learn`); returns the updates made (int)."""
-        return self._algo.learn(self._recording(taken.fragment), log=log)["updates"]
+        algorithm's one way in (`Algorithm.learn`); returns the updates made (int).
+
+        Raises:
+          LearnerFailed: with other learners, their all-reduce failed (one of them died or
+            did not answer within `worker_timeout`).
+        """
+        try:
+            return self._algo.learn(self._recording(taken.fragment), log=log)["updates"]
+        except tf.errors.OpError as error:
+            if not self._learners:
+                raise
+            lines = [line for line in str(error.message).splitlines() if line.strip()]
+            cause = next((line for line in lines if "Collective" in line), lines[-1])
+            raise LearnerFailed(
+                f"at step {int(self._step.numpy()):,}: another learner died or did not "
+                f"answer (the learners' all-reduce: {cause}); the latest checkpoint is "
+                f"kept: run the same command to resume") from error
 
     def _recording(self, sent):
         """The recording as the actor's recorder made it, from the form it travelled in

@@ -51,6 +51,8 @@ class ActorPool:
       setup: optional callable that each actor calls first (`FragmentActor`).
       actor_class: the actors' class: `actor.FragmentActor` (fragments, for impala and
         appo) or `actor.TransitionActor` (n-step transitions, Ape-X).
+      first_index: int >= 0, the run's index of the first actor (`actor.actor_config`:
+        its seeds), for the pool of one of several learners (`learners.actor_indices`).
 
     The actors start building (`FragmentActor.build`) at once; `wait_built`, or the first
     call that needs them, waits for them.
@@ -61,8 +63,9 @@ class ActorPool:
     """
 
     def __init__(self, config, count, cpus, in_flight, timeout, restarts, address=None,
-                 runtime_env=None, setup=None, actor_class=FragmentActor):
+                 runtime_env=None, setup=None, actor_class=FragmentActor, first_index=0):
         self._config = config
+        self._first_index = int(first_index)
         self._cpus = float(cpus)
         self._in_flight = int(in_flight)
         self._timeout = float(timeout)
@@ -206,8 +209,8 @@ class ActorPool:
                        enable_task_events=False)
         if self._runtime_env:
             options["runtime_env"] = self._runtime_env
-        return self._remote.options(**options).remote(self._config, index, self._setup,
-                                                      self.restarts[index])
+        return self._remote.options(**options).remote(
+            self._config, self._first_index + index, self._setup, self.restarts[index])
 
     def _get_build(self, index, ref):
         ray = self._ray

@@ -205,13 +205,15 @@ def configure_tensorflow(config):
         {**GRAPH_OPTIMIZER_OPTIONS, "disable_meta_optimizer": grappler_off()})
 
 
-def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, pool=None):
+def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, pool=None,
+              learners=()):
     """The training `Loop` of `config` for `agent` (`batchrl.build.build`) in
     `logdir`: its schedule, progress output, stop event and start time (`started_at`,
     epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
     memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
     `replay`). Given the actors' `pool` (`start_actors`), the learner's loop
-    (`batchrl.distributed.learner.ActorLearnerLoop`, or for an off-policy algorithm
+    (`batchrl.distributed.learner.ActorLearnerLoop`, with the other `learners` that share
+    the update, `start_learners`; or for an off-policy algorithm
     `batchrl.distributed.apex.ApexLoop`, with the replay memory)."""
     from batchrl.drivers.loop import Loop
 
@@ -230,7 +232,9 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, 
                             max_policy_lag=config.max_policy_lag, replay=replay, **options)
         return ActorLearnerLoop(logdir, *agent, pool=pool,
                                 broadcast_every=config.broadcast_every,
-                                max_policy_lag=config.max_policy_lag, **options)
+                                max_policy_lag=config.max_policy_lag, learners=learners,
+                                fragment_steps=config.envs_per_actor * config.rollout_length,
+                                **options)
     return Loop(logdir, *agent, replay=replay, **options)
 
 
@@ -239,6 +243,37 @@ def start_actor_process():
     (`start_tensorflow`), as the command's own process does, unless `TF_CPP_MIN_LOG_LEVEL`
     asks for its INFO lines."""
     start_tensorflow(verbose=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0")
+
+
+def start_learners(config, logdir):
+    """With `learners` above 1: starts learners 1 to M - 1 (`batchrl.distributed.learners`,
+    each with its share of the actors, from the run's latest checkpoint in `logdir` if
+    any) and makes this process learner 0 of their collective cluster; call it before
+    TensorFlow runs anything. Returns `(learners, all_reduce)`: the Ray actors (their
+    `join` done) and this process's `collective.AllReduce` (`IMPALA.share_update`).
+
+    Raises:
+      ConfigError: Ray cannot be started or reached.
+    """
+    import tensorflow as tf
+
+    from batchrl.distributed import collective
+    from batchrl.distributed import learners as learners_lib
+    from batchrl.environments.ray import connection
+
+    try:
+        connection.connect(config.ray_address)
+    except connection.RayUnavailable as error:
+        raise configs.ConfigError(str(error)) from None
+    others, addresses = learners_lib.start(config, start_actor_process)
+    addresses = [learners_lib.free_address()] + addresses
+    checkpoint = tf.train.latest_checkpoint(logdir)
+    joins = [learner.join.remote(addresses, checkpoint) for learner in others]
+    all_reduce = collective.connect(addresses, 0, timeout=config.worker_timeout)
+    import ray
+
+    ray.get(joins)
+    return others, all_reduce
 
 
 def start_actors(config):
@@ -257,8 +292,9 @@ def start_actors(config):
 
     env_vars = {key: os.environ[key] for key in ("TF_CPP_MIN_LOG_LEVEL", "BATCHRL_GRAPPLER")
                 if key in os.environ}
-    try:
-        pool = ActorPool(config, config.actors, config.actor_cpus, config.fragments_in_flight,
+    try:  # With learners sharing the update, this one's share of the actors.
+        pool = ActorPool(config, config.actors // config.learners, config.actor_cpus,
+                         config.fragments_in_flight,
                          config.worker_timeout, config.worker_restarts, config.ray_address,
                          {"env_vars": env_vars}, start_actor_process,
                          actor_class(config.algorithm))
@@ -280,9 +316,13 @@ def report_actors(config, pool):
         pool.wait_built()
     except WorkerError as error:
         raise EnvironmentFailed(f"before the first step: {error}") from error
+    nodes = _count(len(set(pool.nodes)), 'node')
+    where = (f"; {_count(config.learners, 'learner')} sharing the update, this one with "
+             f"{_count(config.actors // config.learners, 'actor')} on {nodes}"
+             if config.learners > 1 else f" on {nodes}")
     print(f"Actors: {_count(config.actors, 'Ray actor')} of {config.envs_per_actor} "
-          f"environments each ({pool.agents} in all) on "
-          f"{_count(len(set(pool.nodes)), 'node')}.", flush=True)
+          f"environments each ({config.actors * config.envs_per_actor} in all){where}.",
+          flush=True)
 
 
 def _count(number, noun):
@@ -336,6 +376,8 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
     from batchrl.drivers.loop import EnvironmentFailed, Interrupted
 
     configure_tensorflow(config)
+    # Learners that share the update join their cluster before TensorFlow runs anything.
+    shared = start_learners(config, logdir) if config.actors and config.learners > 1 else None
     try:
         batch_env = environments.create_batch(config)
     except configs.ConfigError:  # E.g. an unreachable ray_address.
@@ -349,14 +391,17 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
         print(f"Environments: {len(nodes)} Ray actors on {len(set(nodes))} node(s).",
               flush=True)
     eager = tf.config.functions_run_eagerly()
-    pool = None
+    pool, learners = None, ()
     try:
         if config.actors:  # They build while this process builds and traces the learner.
             pool = start_actors(config)
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
+        if shared is not None:
+            learners, all_reduce = shared
+            agent.algo.share_update(all_reduce)
         write_run_config(logdir, config)
         step = agent.step
-        loop = make_loop(config, logdir, agent, progress, stop, started_at, pool)
+        loop = make_loop(config, logdir, agent, progress, stop, started_at, pool, learners)
         resumed = loop.restore()
         if resumed:
             print(f"Resuming {logdir} from {resumed} (step {int(step.numpy()):,}).",
@@ -386,8 +431,23 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
     finally:
         if pool is not None:
             pool.close()
+        _close_learners(shared)
         batch_env.close()
         tf.config.run_functions_eagerly(eager)
+
+
+def _close_learners(shared):
+    """Closes the other learners' pools and ends their processes."""
+    if shared is None:
+        return
+    import ray
+
+    for learner in shared[0]:
+        try:
+            ray.get(learner.close.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - a learner that died or hangs: killed below.
+            pass
+        ray.kill(learner)
 
 
 def _print_replay(loop, memory):

@@ -138,8 +138,8 @@ class StreamingNormalize(tf.Module):
 
         Args:
           values: tensor of shape `[batch, *shape]`; the batch may be empty.
-          all_reduce: None, or an object whose `sum(tensor)` sums a float64 tensor over
-            processes that make the same call (`batchrl.distributed.collective.AllReduce`):
+          all_reduce: None, or an object whose `sum(tensor, name)` sums a float64 tensor
+            over processes that make the same call (`batchrl.distributed.collective.AllReduce`):
             then the batch added is the union of every process's `values` (their count,
             mean and sum of squared deviations from the union's mean, in two sums), so
             that the processes' statistics stay equal.
@@ -156,14 +156,15 @@ class StreamingNormalize(tf.Module):
         batch_size = tf.cast(batch_count, tf.float64)
         total = tf.reduce_sum(values, 0)
         if all_reduce is not None:  # The union of every process's batch.
-            summed = all_reduce.sum(tf.concat([batch_size[None], tf.reshape(total, [-1])], 0))
+            summed = all_reduce.sum(tf.concat([batch_size[None], tf.reshape(total, [-1])], 0),
+                                    f"{self.name}/sums")
             batch_size = summed[0]
             batch_count = tf.cast(batch_size, tf.int64)
             total = tf.reshape(summed[1:], tf.shape(total))
         batch_mean = total / tf.maximum(batch_size, 1.0)
         batch_var_sum = tf.reduce_sum(tf.square(values - batch_mean), 0)
         if all_reduce is not None:
-            batch_var_sum = all_reduce.sum(batch_var_sum)
+            batch_var_sum = all_reduce.sum(batch_var_sum, f"{self.name}/deviations")
         old_count = tf.cast(self._count, tf.float64)
         new_count = old_count + batch_size
         delta = batch_mean - self._mean

@@ -304,3 +304,25 @@ def test_a_fragment_actor_builds_no_optimizer(optimizers_made):
     assert made == []
     _learner(_config())
     assert made  # The learner's, counted.
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"algorithm": "ppo", "rollout_length": 20, "update_epochs": 1},
+     r"^config key 'learners' \(2\): algorithm 'ppo' does not share its update; impala and "
+     r"appo do"),
+    ({"actors": 3}, r"^config keys 'actors' \(3\) and 'learners' \(2\): each learner takes "
+                    r"as many actors"),
+    ({"max_policy_lag": 4}, r"^config key 'max_policy_lag' \(4\) with learners \(2\): the "
+                            r"learners learn in lock-step"),
+])
+def test_learners_that_cannot_share_the_update_are_config_errors(overrides, message):
+    """`learners: 2` with an algorithm without `share_update`, actors that do not split
+    evenly, or a lag bound that would make one learner drop a fragment: one line each."""
+    config = configs.load("default", {"env": "CartPole-v1", "algorithm": "impala",
+                                      "rollout_length": 20, "actors": 2, "learners": 2,
+                                      **overrides})
+    with pytest.raises(configs.ConfigError, match=message):
+        learner_lib.check(config)
+    learner_lib.check(configs.load("default", {
+        "env": "CartPole-v1", "algorithm": "appo", "rollout_length": 20, "actors": 4,
+        "learners": 2}))
