@@ -326,3 +326,59 @@ def test_learners_that_cannot_share_the_update_are_config_errors(overrides, mess
     learner_lib.check(configs.load("default", {
         "env": "CartPole-v1", "algorithm": "appo", "rollout_length": 20, "actors": 4,
         "learners": 2}))
+
+
+class OtherLearner:
+    """Stands in for a `learners.RemoteLearner` Ray actor: `train.remote(updates,
+    broadcast_every)` records what learner 0 asked and returns its steps."""
+
+    def __init__(self):
+        self.asked = []
+        self.train = self
+
+    def remote(self, updates, broadcast_every):
+        self.asked.append((updates, broadcast_every))
+        return updates * ENVS * LENGTH
+
+
+class SameSums:
+    """Stands in for `collective.AllReduce` of learners that all learned the same: the
+    mean of the gradients is this learner's, and so is every sum's share."""
+
+    def mean(self, gradients, name="gradients"):
+        return gradients
+
+    def sum(self, tensor, name):
+        return tensor
+
+
+@pytest.mark.timeout(120)
+def test_learner_zero_starts_the_others_updates_and_counts_their_fragments(tmp_path,
+                                                                          monkeypatch):
+    """With one other learner, a phase of 2 x 3 fragments' steps makes 3 updates on each:
+    learner 0 asks the other for 3 at the phase's start, takes 3 fragments of its own,
+    counts 2 fragments' steps per update in the global step, and waits for the other's
+    phase (`ray.get` of its call) before the phase ends."""
+    import sys
+    import types
+
+    waited = []
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(
+        get=lambda refs: waited.append(list(refs)) or refs, is_initialized=lambda: False))
+    config = _config(max_policy_lag=None)
+    pool = StalePool(config, [0])
+    steps = 2 * 3 * ENVS * LENGTH
+    config = configs.Config(config, steps=steps, eval_every=steps, log_every=steps,
+                            eval_episodes=0)
+    built = build.build(config, environments.create_batch(config))
+    built.algo.share_update(SameSums())
+    other = OtherLearner()
+    loop = learner_lib.ActorLearnerLoop(
+        tmp_path, *built, pool=pool, broadcast_every=2, learners=[other],
+        fragment_steps=ENVS * LENGTH, steps=steps, eval_every=steps, eval_episodes=0,
+        log_every=steps, progress=False)
+    loop.run()
+    assert other.asked == [(3, 2)]
+    assert pool.calls == 3 and loop.version == 3
+    assert int(built.step.numpy()) == steps
+    assert waited == [[3 * ENVS * LENGTH]]
