@@ -19,11 +19,14 @@ import numpy as np
 
 
 def free_address():
-    """"host:port" of a free TCP port of this machine, for a learner's collective server."""
+    """"host:port" of a free TCP port of this machine, for a learner's collective server:
+    the host as Ray's nodes reach it (`ray.util.get_node_ip_address`; Ray is connected)."""
+    import ray
+
     with socket.socket() as sock:
         sock.bind(("", 0))
         port = sock.getsockname()[1]
-    return f"{socket.gethostbyname(socket.gethostname())}:{port}"
+    return f"{ray.util.get_node_ip_address()}:{port}"
 
 
 def actor_indices(config, learner):
