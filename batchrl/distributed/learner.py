@@ -15,16 +15,21 @@ from batchrl.environments.wrappers import WorkerError
 
 
 def check(config):
-    """Checks the actor-learner keys of `config` (with `actors` above 0).
+    """Checks the actor-learner keys of `config`.
 
     Raises:
-      ConfigError: an algorithm that cannot learn from actors, no `rollout_length` (the
-        steps per agent of an actor's call), `reward_normalizer: return` with
-        `normalize_reward`, or a `max_policy_lag` below `broadcast_every - 1` (the
-        fragments acted with the newest weights would grow too old before the next
-        publication).
+      ConfigError: `learners` above 1 without actors; with `actors` above 0: an
+        algorithm that cannot learn from actors, no `rollout_length` (the steps per agent
+        of an actor's call), `reward_normalizer: return` with `normalize_reward`, a
+        `max_policy_lag` below `broadcast_every - 1` (the fragments acted with the newest
+        weights would grow too old before the next publication), or `learners` above 1
+        that cannot share the update (`_check_learners`).
     """
     if not config.actors:
+        if config.learners > 1:
+            raise configs.ConfigError(
+                f"config key 'learners' ({config.learners}) needs actors: the learners share "
+                f"the update of the actors' fragments (set actors, e.g. {config.learners})")
         return
     if (config.max_policy_lag is not None
             and config.max_policy_lag < config.broadcast_every - 1):

@@ -314,6 +314,7 @@ def test_a_fragment_actor_builds_no_optimizer(optimizers_made):
                     r"as many actors"),
     ({"max_policy_lag": 4}, r"^config key 'max_policy_lag' \(4\) with learners \(2\): the "
                             r"learners learn in lock-step"),
+    ({"actors": 0}, r"^config key 'learners' \(2\) needs actors"),
 ])
 def test_learners_that_cannot_share_the_update_are_config_errors(overrides, message):
     """`learners: 2` with an algorithm without `share_update`, actors that do not split
