@@ -51,6 +51,17 @@ def replace_marked(path, section, begin, end):
     path.write_text(text)
 
 
+def add_publish_flags(parser, json_path, sections):
+    """Adds the flags that `publish` reads to the argparse `parser`: `--write` (keep the
+    figures in `json_path` and rewrite `sections`, str: the docs' sections it names, e.g.
+    "the section of docs/scaling.md") and `--report-only` (no measurement)."""
+    name = pathlib.Path(json_path).name
+    parser.add_argument("--write", action="store_true",
+                        help=f"write docs/{name} and {sections}")
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"no measurement: report docs/{name}")
+
+
 def publish(args, json_path, measure, sections):
     """What a measuring program's `main` does with its figures: reads them from `json_path`
     (`args.report_only`) or measures them (`measure(args)`), prints each section of

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from benchmarks import ROOT, child_environment, publish, replace_marked
+from benchmarks import ROOT, add_publish_flags, child_environment, publish, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -289,10 +289,7 @@ def main(argv=None):
                         help="timed fragments of each measurement of an actor")
     parser.add_argument("--updates", type=int, default=10,
                         help="timed updates of each learner")
-    parser.add_argument("--write", action="store_true",
-                        help=f"write docs/{JSON.name} and the section of docs/scaling.md")
-    parser.add_argument("--report-only", action="store_true",
-                        help=f"no measurement: report docs/{JSON.name}")
+    add_publish_flags(parser, JSON, "the section of docs/scaling.md")
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import ROOT, child_environment, publish
+from benchmarks import ROOT, add_publish_flags, child_environment, publish
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -259,10 +259,7 @@ def main(argv=None):
                         help="timed all-reduces per size")
     parser.add_argument("--recordings", type=int, default=5,
                         help="timed recordings and updates per config")
-    parser.add_argument("--write", action="store_true",
-                        help=f"write docs/{JSON.name} and the section of docs/scaling.md")
-    parser.add_argument("--report-only", action="store_true",
-                        help=f"no measurement: report docs/{JSON.name}")
+    add_publish_flags(parser, JSON, "the section of docs/scaling.md")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", nargs="+", type=int, default=list(SIZES),

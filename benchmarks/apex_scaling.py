@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from benchmarks import ROOT, child_environment, publish
+from benchmarks import ROOT, add_publish_flags, child_environment, publish
 from benchmarks.actor_scaling import (
     ACTORS_PER_NODE,
     BANDWIDTH,
@@ -192,10 +192,7 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10,
                         help="timed calls of each measurement")
-    parser.add_argument("--write", action="store_true",
-                        help=f"write docs/{JSON.name} and the section of docs/scaling.md")
-    parser.add_argument("--report-only", action="store_true",
-                        help=f"no measurement: report docs/{JSON.name}")
+    add_publish_flags(parser, JSON, "the section of docs/scaling.md")
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]

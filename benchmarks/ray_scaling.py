@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from benchmarks import ROOT, child_environment, publish, replace_marked
+from benchmarks import ROOT, add_publish_flags, child_environment, publish, replace_marked
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -411,11 +411,8 @@ def main(argv=None):
     parser.add_argument("--window", type=float, default=1.0, help="seconds of one window")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--steps-per-call", type=int, default=50)
-    parser.add_argument("--write", action="store_true",
-                        help=f"write {JSON.name} and the sections of performance.md and "
-                             f"scaling.md in docs/")
-    parser.add_argument("--report-only", action="store_true",
-                        help=f"no measurement: report docs/{JSON.name}")
+    add_publish_flags(parser, JSON,
+                      "the sections of docs/performance.md and docs/scaling.md")
     args = parser.parse_args(argv)
     # The local Ray that `measure` starts hands its environment to the actors.
     os.environ["PYTHONPATH"] = child_environment()["PYTHONPATH"]

@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks import ROOT, child_environment, publish
+from benchmarks import ROOT, add_publish_flags, child_environment, publish
 
 JSON = ROOT / "docs" / "rllib_benchmark.json"
 PAGE = ROOT / "docs" / "distributed.md"
@@ -172,10 +172,7 @@ def main(argv=None):
                         help="where batchrl's runs go, as LOGDIR/cartpole_impala/seed-N")
     parser.add_argument("--peer-venv", type=pathlib.Path, default=DEFAULT_VENV,
                         help=f"RLlib's virtualenv, made when missing (default {DEFAULT_VENV})")
-    parser.add_argument("--write", action="store_true",
-                        help=f"write docs/{JSON.name} and the section of docs/{PAGE.name}")
-    parser.add_argument("--report-only", action="store_true",
-                        help=f"no measurement: report docs/{JSON.name}")
+    add_publish_flags(parser, JSON, f"the section of docs/{PAGE.name}")
     args = parser.parse_args(argv)
     publish(args, JSON, measure, lambda figures: [(PAGE, section(figures), BEGIN, END)])
     return 0
