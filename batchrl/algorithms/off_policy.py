@@ -180,10 +180,9 @@ class OffPolicyAlgorithm(Algorithm):
             defer_policy=True)
         self._observ_filter = self._acting.observ_filter
         self._exploration = self._acting.exploration
-        observ_dtype = storage_dtype(batch_env.observation_space, batch_env.observ.dtype)
         self._memory = ReplayMemory(
-            (self._observ_shape, observ_dtype), (self._action_shape, batch_env.action.dtype),
-            int(config.replay_capacity), self._num_agents, n_step=int(config.n_step),
+            *transition_specs(batch_env), int(config.replay_capacity), self._num_agents,
+            n_step=int(config.n_step),
             discount=float(config.discount), prioritized=config.prioritized_replay,
             seed=config.seed + 1, byte_elements=getattr(
                 batch_env.observation_space, "byte_valued", None),
@@ -493,9 +492,14 @@ class OffPolicyAlgorithm(Algorithm):
 
 
 
-def storage_dtype(space, default):
-    """Observations of a `Box` of one-byte integers (images) are stored in that dtype."""
-    dtype = getattr(space, "dtype", None)
+def transition_specs(batch_env):
+    """`(observ_spec, action_spec)`, each `(shape, dtype)`: how one transition of the
+    in-graph `batch_env` is stored, in the replay memory and in an Ape-X actor's outbox
+    alike. Observations of a `Box` of one-byte integers (images) keep that dtype; others
+    that of the batch's observations."""
+    dtype = getattr(batch_env.observation_space, "dtype", None)
+    observ_dtype = batch_env.observ.dtype
     if dtype is not None and tf.as_dtype(dtype).is_integer and tf.as_dtype(dtype).size == 1:
-        return tf.as_dtype(dtype)
-    return default
+        observ_dtype = tf.as_dtype(dtype)
+    return ((tuple(batch_env.observ.shape[1:]), observ_dtype),
+            (tuple(batch_env.action.shape[1:]), batch_env.action.dtype))

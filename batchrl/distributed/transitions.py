@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.algorithms.base import checked
-from batchrl.algorithms.off_policy import storage_dtype
+from batchrl.algorithms.off_policy import transition_specs
 from batchrl.distributed.acting_values import ActingValues
 from batchrl.distributed.recorder import Recorder
 from batchrl.memories.episode import EpisodeMemory
@@ -52,9 +52,7 @@ class TransitionRecorder(Recorder):
     def __init__(self, batch_env, acting, length, n_step, discount):
         self._acting = acting
         agents = len(batch_env)
-        observ_spec = (tuple(batch_env.observ.shape[1:]),
-                       storage_dtype(batch_env.observation_space, batch_env.observ.dtype))
-        action_spec = (tuple(batch_env.action.shape[1:]), batch_env.action.dtype)
+        observ_spec, action_spec = transition_specs(batch_env)
         self._accumulator = NStepAccumulator(observ_spec, action_spec, agents, int(n_step),
                                              float(discount))
         self._outbox = TransitionStorage(
