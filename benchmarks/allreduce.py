@@ -40,12 +40,12 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+from batchrl.distributed.learners import free_ports
 from benchmarks import ROOT, add_publish_flags, child_environment, publish
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -57,16 +57,6 @@ SIZES = (1_000, 10_000, 100_000, 1_000_000, 4_000_000)  # float32 elements.
 CONFIGS = ("cheetah_appo", "pong_appo", "minatar_breakout_apex")
 LEARNERS = (1, 2, 4, 8)
 ACTORS_PER_NODE = 2
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("localhost", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def worker(index, ports, sizes, repeats):
@@ -108,7 +98,7 @@ def worker(index, ports, sizes, repeats):
 
 def measure_allreduce(sizes, repeats):
     """`{bytes: seconds}` of a two-worker all-reduce, from two worker processes."""
-    ports = ",".join(map(str, _free_ports(2)))
+    ports = ",".join(map(str, free_ports(2)))
     command = [sys.executable, "-m", "benchmarks.allreduce", "--ports", ports,
                "--sizes", *map(str, sizes), "--repeats", str(repeats), "--worker"]
     environment = child_environment()

@@ -200,7 +200,9 @@ class ActorLearnerLoop(Loop):
             bar.update(after - step)
             step = after
         if others:
-            self._ray.get(others)  # Their phase's updates, made with this one's.
+            import ray
+
+            ray.get(others)  # Their phase's updates, made with this one's.
         result = self._train_result(step, start_step, start_time, scores, lengths)
         if not scores:
             agents = self._pool.agents
@@ -218,9 +220,6 @@ class ActorLearnerLoop(Loop):
         `envs_per_actor * rollout_length` steps); returns the calls to wait for."""
         if not self._learners:
             return []
-        import ray
-
-        self._ray = ray
         per_update = (1 + len(self._learners)) * self._fragment_steps
         updates = -(-(end - step) // per_update)
         return [learner.train.remote(updates, self._broadcast_every)

@@ -18,15 +18,25 @@ import numpy as np
 # `TF_CONFIG`: the module itself is imported wherever Ray unpickles the class.
 
 
+def free_ports(count):
+    """`count` TCP ports of this machine that are free now, all different (bound together
+    while they are chosen): list of int."""
+    sockets = [socket.socket() for _ in range(int(count))]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def free_address():
     """"host:port" of a free TCP port of this machine, for a learner's collective server:
     the host as Ray's nodes reach it (`ray.util.get_node_ip_address`; Ray is connected)."""
     import ray
 
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    return f"{ray.util.get_node_ip_address()}:{port}"
+    return f"{ray.util.get_node_ip_address()}:{free_ports(1)[0]}"
 
 
 def actor_indices(config, learner):
@@ -51,14 +61,12 @@ class RemoteLearner:
         self._config = config
         self._index = int(index)
         self._setup = setup
-        self._address = None
         self._pool = self._algo = None
         self._version = 0
 
     def address(self):
-        """This learner's collective server address ("host:port")."""
-        self._address = free_address()
-        return self._address
+        """An address ("host:port") for this learner's collective server."""
+        return free_address()
 
     def join(self, addresses, checkpoint=None):
         """Joins the cluster of `addresses` (every learner's, in order), builds the

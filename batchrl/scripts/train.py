@@ -262,7 +262,7 @@ def start_learners(config, logdir):
     from batchrl.environments.ray import connection
 
     try:
-        connection.connect(config.ray_address)
+        ray = connection.connect(config.ray_address)
     except connection.RayUnavailable as error:
         raise configs.ConfigError(str(error)) from None
     others, addresses = learners_lib.start(config, start_actor_process)
@@ -270,8 +270,6 @@ def start_learners(config, logdir):
     checkpoint = tf.train.latest_checkpoint(logdir)
     joins = [learner.join.remote(addresses, checkpoint) for learner in others]
     all_reduce = collective.connect(addresses, 0, timeout=config.worker_timeout)
-    import ray
-
     ray.get(joins)
     return others, all_reduce
 

@@ -4,7 +4,6 @@ statistics added on TensorFlow's collective all-reduce, end with the weights and
 of one learner that learned from the union of each update's two fragments."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import pytest
 from batchrl import configs
 from batchrl.algorithms import IMPALA
 from batchrl.distributed.fragment import expand
+from batchrl.distributed.learners import free_ports
 from tests.distributed import test_fragment
 
 UPDATES = 3  # Per learner: each update takes one fragment on each of the two.
@@ -50,16 +50,6 @@ def _save(path, fragments):
                       for key, value in fragment.items()})
 
 
-def _ports():
-    sockets = [socket.socket() for _ in range(2)]
-    for sock in sockets:
-        sock.bind(("localhost", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ",".join(map(str, ports))
-
-
 @pytest.mark.timeout(240)
 def test_two_learners_step_as_one_learner_on_the_union_of_their_batches(tmp_path):
     config = _config()
@@ -67,7 +57,7 @@ def test_two_learners_step_as_one_learner_on_the_union_of_their_batches(tmp_path
     fragments = [expand(recorder.collect()) for _ in range(2 * UPDATES)]
     path = tmp_path / "fragments.npz"
     _save(path, fragments)
-    ports = _ports()
+    ports = ",".join(map(str, free_ports(2)))
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
                            "PYTHONPATH")])))
