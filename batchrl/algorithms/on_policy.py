@@ -425,13 +425,13 @@ class OnPolicyAlgorithm(Algorithm):
         taken to the stored policy that acted.
 
         Raises:
-          NotImplementedError: the algorithm does not read `rollout_length` (it learns
-            from whole episodes only).
+          NotImplementedError: the algorithm declares no fragments (`actors`: it does not
+            read `rollout_length` and learns from whole episodes only).
           ValueError: `rollout_length` is null, or `normalize_reward` with
             `reward_normalizer: return` (an agent's discounted return runs across
             fragments; the learner sees only one).
         """
-        if "rollout_length" not in self.config_keys:
+        if self.actors != "fragments":
             return super().learn(recording, log)
         if not self._rollout_length:
             raise ValueError(f"{self.name} learns from fragments with rollout_length set")

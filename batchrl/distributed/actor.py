@@ -119,7 +119,7 @@ class FragmentActor:
         self._setup = setup
         self._recorder = None
         self._batch_env = None
-        self._actor = None  # The acting half (`_make_recorder`).
+        self._actor = None  # The acting half (`build`).
         self._running = None
         self._version = None  # The version acting.
         self._applied = None  # The publication acting.
@@ -139,13 +139,15 @@ class FragmentActor:
             self._setup()
         import tensorflow as tf
 
-        from batchrl import environments
+        from batchrl import build, environments
 
         try:  # One thread: the environments step in this process, as `local` runs do.
             tf.config.threading.set_inter_op_parallelism_threads(1)
         except RuntimeError:  # TensorFlow runs already (an actor built in a test).
             pass
-        batch_env = self._make_recorder(environments.create_batch(self._config))
+        batch_env = build.in_graph_env(self._config, environments.create_batch(self._config))
+        self._actor = build.acting_half(self._config, batch_env)
+        self._recorder = self._make_recorder(batch_env)
         self._batch_env = batch_env
         agents = len(batch_env)
         self._running = {"score": np.zeros(agents), "length": np.zeros(agents, np.int64)}
@@ -155,17 +157,12 @@ class FragmentActor:
                 "observ_dtype": batch_env.observ.dtype.name,
                 "action_shape": tuple(batch_env.action.shape[1:])}
 
-    def _make_recorder(self, raw_env):
-        """Builds the acting half (`batchrl.build.acting_half`) and the recorder for the
-        batch `raw_env` (a `BatchEnv` or in-graph environment), sets `_recorder` and
-        `_actor`; returns the in-graph batch environment."""
-        from batchrl import build
+    def _make_recorder(self, batch_env):
+        """The recorder of the in-graph `batch_env` with the acting half (`_actor`,
+        `batchrl.build.acting_half`): a `FragmentRecorder`."""
         from batchrl.distributed.fragment import FragmentRecorder
 
-        batch_env = build.in_graph_env(self._config, raw_env)
-        self._actor = build.acting_half(self._config, batch_env)
-        self._recorder = FragmentRecorder(batch_env, self._actor, self._config.rollout_length)
-        return batch_env
+        return FragmentRecorder(batch_env, self._actor, self._config.rollout_length)
 
     def take_weights(self, publication, version, weights):
         """Keeps `weights` (the learner's `Actor.get_weights`: the policy's and the
@@ -244,13 +241,9 @@ class TransitionActor(FragmentActor):
     `FragmentActor`'s.
     """
 
-    def _make_recorder(self, raw_env):
-        from batchrl import build
+    def _make_recorder(self, batch_env):
         from batchrl.distributed.transitions import TransitionRecorder
 
         config = self._config
-        batch_env = build.in_graph_env(config, raw_env)
-        self._actor = build.acting_half(config, batch_env)
-        self._recorder = TransitionRecorder(batch_env, self._actor, config.rollout_length,
-                                            config.n_step, config.discount)
-        return batch_env
+        return TransitionRecorder(batch_env, self._actor, config.rollout_length,
+                                  config.n_step, config.discount)
