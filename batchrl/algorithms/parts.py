@@ -126,3 +126,56 @@ def shared_torso(networks):
     if torso is None or not hasattr(torso, "reused"):
         return None
     return torso if getattr(networks.policy, "_hidden", None) is torso else None
+
+
+def minibatch_epochs(data, valid, batch_size, epochs, random, step, last, summed):
+    """`epochs` passes over the valid rows of `data`, each in a new random order, in
+    minibatches of `batch_size` rows (None: all); the last minibatch of a pass may hold
+    fewer. Shapes stay static (a minibatch is padded with rows marked out of range), so
+    that XLA can compile the loop. PPO's and PQN's epochs.
+
+    Args:
+      data: dict of tensors `[capacity, ...]`, `capacity` static.
+      valid: bool `[capacity]`, the rows to visit.
+      batch_size: int or None.
+      epochs: int >= 0.
+      random: the `tf.random.Generator` of the orders.
+      step: `step(minibatch, in_range) -> (last, summed)`: one optimizer step on
+        `minibatch` (`data`'s keys, `[batch, ...]`) whose rows count where `in_range`
+        (float32 `[batch]`) is 1; returns two dicts of float32 scalars.
+      last, summed: the names of `step`'s two dicts (tuples of str).
+
+    Returns:
+      dict of float32 scalars: `last`'s values of the final step (0 without steps) and
+      `summed`'s means over the steps.
+    """
+    capacity = valid.shape[0]
+    batch = min(batch_size or capacity, capacity)
+    count = tf.reduce_sum(tf.cast(valid, tf.int32))
+    batches = (count + batch - 1) // batch
+    total = epochs * batches
+    slots = tf.range(batch)
+    metrics = {name: tf.constant(0.0) for name in tuple(last) + tuple(summed)}
+
+    def shuffle():
+        # Valid rows first, in random order; `batch` spare entries so that the last
+        # minibatch's slice stays inside.
+        keys = tf.where(valid, random.uniform([capacity]), 2.0)
+        return tf.concat([tf.argsort(keys), tf.zeros([batch], tf.int32)], 0)
+
+    def body(index, order, metrics):
+        position = index % batches
+        order = tf.cond(tf.equal(position, 0), shuffle, lambda: order)
+        start = position * batch
+        rows = tf.gather(order, start + slots)
+        minibatch = {key: tf.gather(value, rows) for key, value in data.items()}
+        final, sums = step(minibatch, tf.cast(start + slots < count, tf.float32))
+        return index + 1, order, dict(
+            final, **{name: metrics[name] + sums[name] for name in summed})
+
+    _, _, metrics = tf.while_loop(
+        lambda index, *_: index < total, body,
+        (tf.constant(0), tf.zeros([capacity + batch], tf.int32), metrics))
+    steps = tf.cast(tf.maximum(total, 1), tf.float32)
+    return {name: value / steps if name in summed else value
+            for name, value in metrics.items()}

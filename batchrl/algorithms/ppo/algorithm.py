@@ -227,54 +227,27 @@ class PPO(OnPolicyAlgorithm):
                 for key, value in steps.items()}
 
     def _optimize(self, chunks):
-        """`update_epochs` epochs of minibatch Adam steps on the value and the policy.
-
-        Each epoch visits the valid chunks (those with at least one valid step) in a new
-        random order, in minibatches of `batch_size` chunks (all of them when None); the
-        last minibatch of an epoch may hold fewer. Shapes stay static (the minibatch is
-        padded with masked-out rows), so that XLA can compile the loop.
+        """`update_epochs` epochs of minibatch Adam steps on the value and the policy
+        (`parts.minibatch_epochs`): each epoch visits the valid chunks (those with at least
+        one valid step) in a new random order, in minibatches of `batch_size` chunks (all
+        of them when None).
 
         Returns:
           dict of float32 scalars for the summaries: the losses of the last minibatch and
           the mean gradient norms.
         """
         config = self._config
-        capacity = chunks["mask"].shape[0]  # Static: rows times chunks per row.
-        batch = min(config.batch_size or capacity, capacity)
-        valid = tf.reduce_sum(chunks["mask"], 1) > 0
-        count = tf.reduce_sum(tf.cast(valid, tf.int32))
-        batches = (count + batch - 1) // batch
-        total = config.update_epochs * batches
-        slots = tf.range(batch)
         norms = (("gradient_norm",) if self._shared_torso is not None
                  else ("value_gradient_norm", "policy_gradient_norm"))
-        metrics = {name: tf.constant(0.0) for name in (
-            "value_loss", "policy_loss", "surrogate", "kl_cutoff_count") + norms}
 
-        def shuffle():
-            # Valid chunks first, in random order; `batch` spare rows so that the last
-            # minibatch's slice stays inside.
-            keys = tf.where(valid, self._random.uniform([capacity]), 2.0)
-            return tf.concat([tf.argsort(keys), tf.zeros([batch], tf.int32)], 0)
-
-        def body(index, order, metrics):
-            position = index % batches
-            order = tf.cond(tf.equal(position, 0), shuffle, lambda: order)
-            start = position * batch
-            rows = tf.gather(order, start + slots)
-            minibatch = {key: tf.gather(value, rows) for key, value in chunks.items()}
-            in_range = tf.cast(start + slots < count, tf.float32)
+        def step(minibatch, in_range):
             minibatch["mask"] = minibatch["mask"] * in_range[:, None]
-            last, norm = self._steps(minibatch)
-            return index + 1, order, dict(
-                last, **{name: metrics[name] + norm[name] for name in norms})
+            return self._steps(minibatch)
 
-        _, _, metrics = tf.while_loop(
-            lambda index, *_: index < total, body,
-            (tf.constant(0), tf.zeros([capacity + batch], tf.int32), metrics))
-        steps = tf.cast(tf.maximum(total, 1), tf.float32)
-        return {name: value / steps if name in norms else value
-                for name, value in metrics.items()}
+        return parts.minibatch_epochs(
+            chunks, tf.reduce_sum(chunks["mask"], 1) > 0, config.batch_size,
+            config.update_epochs, self._random, step,
+            ("value_loss", "policy_loss", "surrogate", "kl_cutoff_count"), norms)
 
     def _steps(self, minibatch):
         """The optimizer steps on one minibatch: a value step, then a policy step; with a
