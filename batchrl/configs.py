@@ -40,7 +40,7 @@ _NON_NEGATIVE = {"eval_episodes", "kl_cutoff_coef", "kl_init_penalty", "seed",
                  "inter_op_threads", "entropy_coef", "value_coef", "worker_restarts",
                  "learning_starts", "target_noise", "target_noise_clip", "actors",
                  "max_policy_lag"}
-_UNIT_INTERVAL = {"discount", "gae_lambda", "target_update_rate"}
+_UNIT_INTERVAL = {"discount", "gae_lambda", "q_lambda", "target_update_rate"}
 _OPTIONAL_INT = {"max_length", "chunk_length", "batch_size", "num_workers",
                  "inter_op_threads", "rollout_length", "target_update_every",
                  "max_policy_lag"}

@@ -49,7 +49,7 @@ def test_dump_round_trips(tmp_path):
     (["env_backend=true"], "'env_backend' must be a string, got True"),
     (["env_backend=gpu"], "'env_backend' is 'gpu'; choices: local, processes, envpool, ray"),
     (["policy_layers=[0]"], "'policy_layers' must be a list of positive integers"),
-    (["algorithm=ddpg"], "choices: ppo, trpo, a2c, impala, appo, sac, td3, dqn"),
+    (["algorithm=ddpg"], "choices: ppo, trpo, a2c, impala, appo, pqn, sac, td3, dqn"),
     (["seed"], "KEY=VALUE"),
     (["steps=null"], "must not be null"),
 ])
@@ -245,20 +245,22 @@ PRESETS = ("feed_forward_gaussian", "recurrent_gaussian", "feed_forward_categori
 OFF_POLICY_TAKES = {"sac": ("feed_forward_gaussian",), "td3": ("feed_forward_gaussian",),
                     "dqn": ("feed_forward_gaussian", "feed_forward_categorical")}
 ON_POLICY = ("ppo", "trpo", "a2c", "impala", "appo")
+# The algorithms that build only some presets: the off-policy ones, and pqn (Q values
+# in the categorical heads).
+TAKES = {**OFF_POLICY_TAKES, "pqn": ("feed_forward_categorical", "feed_forward_composite")}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))
-def test_off_policy_algorithms_refuse_presets_they_do_not_build(algorithm, preset):
+@pytest.mark.parametrize("algorithm", sorted(TAKES))
+def test_algorithms_refuse_presets_they_do_not_build(algorithm, preset):
     overrides = {"algorithm": algorithm, "network": preset}
-    takes = OFF_POLICY_TAKES[algorithm]
+    takes = TAKES[algorithm]
     if preset in takes:
         assert configs.load("default", overrides).network == preset
         return
     with pytest.raises(configs.ConfigError) as error:
         configs.load("default", overrides)
-    words = "the preset feed_forward_gaussian" if algorithm != "dqn" else (
-        "the presets feed_forward_gaussian, feed_forward_categorical")
+    words = f"the preset{'s' if len(takes) > 1 else ''} {', '.join(takes)}"
     assert str(error.value) == (
         f"config key 'network': {algorithm} takes declared layers or {words}, not "
         f"'{preset}' (ppo, trpo, a2c, impala, appo take every preset)")
@@ -303,13 +305,13 @@ def test_the_registry_agrees_with_the_algorithm_classes():
         off = issubclass(cls, OffPolicyAlgorithm)
         assert off != issubclass(cls, OnPolicyAlgorithm)
         assert entry.family == ("off_policy" if off else "on_policy")
-        assert entry.presets == OFF_POLICY_TAKES.get(name, PRESETS)
+        assert entry.presets == TAKES.get(name, PRESETS)
         assert entry.recurrent == (name in ON_POLICY)
         assert entry.actors == cls.actors == ("transitions" if off else "fragments")
         assert registry.actors(name) == entry.actors
 
 
-@pytest.mark.parametrize("algorithm", sorted(OFF_POLICY_TAKES))
+@pytest.mark.parametrize("algorithm", sorted(TAKES))
 @pytest.mark.parametrize("recurrent", ["gru", "lstm"])
 def test_a_recurrent_layer_off_policy_names_every_algorithm_that_takes_one(
         algorithm, recurrent):

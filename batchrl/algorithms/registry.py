@@ -58,6 +58,8 @@ _ENTRIES = (
     Entry("impala", "batchrl.algorithms.impala:IMPALA", "on_policy", "fragments", PRESETS,
           True),
     Entry("appo", "batchrl.algorithms.appo:APPO", "on_policy", "fragments", PRESETS, True),
+    Entry("pqn", "batchrl.algorithms.pqn:PQN", "on_policy", "fragments",
+          ("feed_forward_categorical", "feed_forward_composite"), False),
     Entry("sac", "batchrl.algorithms.sac:SAC", "off_policy", "transitions", _FEED_FORWARD,
           False),
     Entry("td3", "batchrl.algorithms.td3:TD3", "off_policy", "transitions", _FEED_FORWARD,

@@ -27,6 +27,9 @@ SETTINGS = {
                "update_every": 2, "max_length": 10, "network": "feed_forward_categorical"},
               spaces.Discrete(3))
        for name in ("trpo", "a2c")},
+    "pqn": ({"algorithm": "pqn", "policy_layers": [8], "rollout_length": 4,
+             "max_length": 10, "network": "feed_forward_categorical", "update_epochs": 1},
+            spaces.Discrete(3)),
     **{name: ({"algorithm": name, "policy_layers": [8], "value_layers": [8],
                "rollout_length": 4, "max_length": 10}, spaces.Box(-1.0, 1.0, (2,), np.float32))
        for name in ("impala", "appo")},

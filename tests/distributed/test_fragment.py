@@ -28,10 +28,13 @@ def _config(network=feed_forward_gaussian, **overrides):
     return config
 
 
-def _batch_env():
+def _batch_env(num_actions=None):
     """Mock environments whose episodes (2 to 5 steps: several end inside a fragment) are
-    the same in every call: each is seeded by its index."""
-    envs = [MockEnvironment((3,), (2,), 2, 5) for _ in range(AGENTS)]
+    the same in every call: each is seeded by its index; `Box` actions `(2,)`, or with
+    `num_actions` `Discrete` ones."""
+    shape = (2,) if num_actions is None else ()
+    envs = [MockEnvironment((3,), shape, 2, 5, num_actions=num_actions)
+            for _ in range(AGENTS)]
     for index, env in enumerate(envs):
         env.reset(seed=index)
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
