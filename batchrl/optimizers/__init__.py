@@ -1,5 +1,6 @@
-"""Optimizer modules usable inside `tf.function`: Keras' Adam, SGD and RMSprop, the natural
-gradient, a line search, several steps and a clipped step, declared in configs and stacked.
+"""Optimizer modules usable inside `tf.function`: Keras' Adam, SGD and RMSprop, rectified Adam
+(`RAdam`, `radam.py`), the natural gradient, a line search, several steps and a clipped step,
+declared in configs and stacked.
 
 Every optimizer has `minimize(loss_fn, variables, kl_fn=None) -> (deltas, diagnostics)`
 (`base.Optimizer`); the Keras ones also `apply(gradients, variables) -> diagnostics`, a step
@@ -17,6 +18,7 @@ _EXPORTS = {
     "MultiStep": "batchrl.optimizers.multi_step",
     "NaturalGradient": "batchrl.optimizers.natural_gradient",
     "Optimizer": "batchrl.optimizers.base",
+    "RAdam": "batchrl.optimizers.radam",
     "adam": "batchrl.optimizers.keras_optimizer",
     "conjugate_gradient": "batchrl.optimizers.natural_gradient",
     "create": "batchrl.optimizers.factory",

@@ -1,9 +1,11 @@
-"""Keras' first-order optimizers (Adam, SGD, RMSprop) behind batchrl's optimizer interface."""
+"""Keras' first-order optimizers (Adam, SGD, RMSprop) and batchrl's RAdam (`radam`) behind
+batchrl's optimizer interface."""
 
 import keras
 import tensorflow as tf
 
 from batchrl.optimizers import base, fused_adam
+from batchrl.optimizers.radam import RAdam
 from batchrl.tools.graph import after
 
 
@@ -83,13 +85,14 @@ def adam(learning_rate, **options):
 
 
 def create(kind, learning_rate, max_gradient_norm=None, **options):
-    """A `KerasOptimizer` of `kind` (`adam`, `sgd` or `rmsprop`) with Keras' keyword
-    arguments `options` (e.g. `beta_1`, `momentum`, `rho`).
+    """A `KerasOptimizer` of `kind` (`adam`, `radam`, `sgd` or `rmsprop`) with Keras' keyword
+    arguments `options` (e.g. `beta_1`, `momentum`, `rho`); `radam` is rectified Adam
+    (`batchrl.optimizers.radam`, Liu et al. 2020, arXiv:1908.03265, algorithm 2).
 
     Raises:
       ValueError: unknown `kind`.
     """
-    classes = {"adam": adam, "sgd": keras.optimizers.SGD,
+    classes = {"adam": adam, "radam": RAdam, "sgd": keras.optimizers.SGD,
                "rmsprop": keras.optimizers.RMSprop}
     if kind not in classes:
         raise ValueError(f"unknown Keras optimizer {kind!r}; choices: {', '.join(classes)}")

@@ -14,10 +14,12 @@ import difflib
 REQUIRED = object()
 _LEARNING_RATE = (None, "optional_positive")  # None: the config's policy_lr or value_lr.
 _CLIP = (None, "optional_positive")  # None: the config's max_gradient_norm.
+_ADAM = {"learning_rate": _LEARNING_RATE, "beta_1": (0.9, "fraction"),
+         "beta_2": (0.999, "fraction"), "epsilon": (1e-7, "positive"),
+         "max_gradient_norm": _CLIP}
 SCHEMAS = {
-    "adam": {"learning_rate": _LEARNING_RATE, "beta_1": (0.9, "fraction"),
-             "beta_2": (0.999, "fraction"), "epsilon": (1e-7, "positive"),
-             "max_gradient_norm": _CLIP},
+    "adam": _ADAM,
+    "radam": _ADAM,  # Rectified Adam (batchrl.optimizers.radam): the same keys.
     "sgd": {"learning_rate": _LEARNING_RATE, "momentum": (0.0, "fraction"),
             "nesterov": (False, "bool"), "max_gradient_norm": _CLIP},
     "rmsprop": {"learning_rate": _LEARNING_RATE, "rho": (0.9, "fraction"),
@@ -32,7 +34,7 @@ SCHEMAS = {
     "multi_step": {"optimizer": (REQUIRED, "spec"), "steps": (REQUIRED, "positive_int")},
     "clipped_step": {"optimizer": (REQUIRED, "spec"), "max_norm": (REQUIRED, "positive")},
 }
-KERAS_TYPES = ("adam", "sgd", "rmsprop")
+KERAS_TYPES = ("adam", "radam", "sgd", "rmsprop")
 # Wrappers that may be written as a key of the optimizer they wrap, innermost first.
 WRAPPERS = ("clipped_step", "line_search", "multi_step")
 
