@@ -255,6 +255,6 @@ class IMPALA(OnPolicyAlgorithm):
                                             "value_optimizer")
         if not (value_optimizer.steps_on_gradients and policy_optimizer.steps_on_gradients):
             raise ConfigError(f"config key 'value_optimizer': with it, {self.name} steps "
-                              f"each network on its part of one gradient, which adam, sgd "
-                              f"and rmsprop do (optimizer and value_optimizer)")
+                              f"each network on its part of one gradient, which adam, radam, "
+                              f"sgd and rmsprop do (optimizer and value_optimizer)")
         return value_optimizer
