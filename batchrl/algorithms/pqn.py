@@ -15,6 +15,7 @@ code acts in one process and in an actor), the rollout recording (`rollout_lengt
 actor's fragments), and `update(batch)`.
 """
 
+import gymnasium as gym
 import keras
 import tensorflow as tf
 
@@ -73,22 +74,28 @@ class EpsilonGreedy:
         its own); an action the observation's mask forbids, or that a choice lacks, has a
         Q value below -1e8 (the categorical heads' -1e9).
       epsilon: float32 scalar.
-    Actions are int32 `[...]` or `[..., k]`.
+      dtype: of the actions, `[...]` or `[..., k]` indices (int32; float32 for the flat
+        actions of a `MultiDiscrete` space, `batchrl.spaces.nested.FlatActionSpace`).
     """
 
-    def __init__(self, params, epsilon):
+    def __init__(self, params, epsilon, dtype=tf.int32):
         (self.q,) = params.values()
         self.epsilon = epsilon
+        self._dtype = dtype
 
     def mode(self):
         """The greedy action."""
-        return tf.argmax(self.q, -1, output_type=tf.int32)
+        return tf.cast(self._greedy(), self._dtype)
 
     def sample(self, generator):
         """An epsilon-greedy action, drawn with a `tf.random.Generator`."""
-        greedy = self.mode()
+        greedy = self._greedy()
         random = exploration_lib.uniform_allowed(self.q > _FORBIDDEN, generator)
-        return tf.where(generator.uniform(tf.shape(greedy)) < self.epsilon, random, greedy)
+        explore = generator.uniform(tf.shape(greedy)) < self.epsilon
+        return tf.cast(tf.where(explore, random, greedy), self._dtype)
+
+    def _greedy(self):
+        return tf.argmax(self.q, -1, output_type=tf.int32)
 
 
 class MaxQ(keras.layers.Layer):
@@ -127,10 +134,18 @@ class PQNActor(OnPolicyActor):
     `MaxQ` of it. The step (of the schedule) travels with its weights to an actor.
 
     Raises:
-      ConfigError: `exploration` is not an `epsilon_decay`, or the network is recurrent.
+      ConfigError: an action space other than `Discrete` or `MultiDiscrete`, an
+        `exploration` other than `epsilon_decay`, or a recurrent network.
     """
 
     def __init__(self, observation_space, action_space, config, *args, **kwargs):
+        leaves = getattr(action_space, "leaves", ())  # A `FlatActionSpace`'s.
+        if not (isinstance(action_space, gym.spaces.Discrete) or (
+                len(leaves) == 1 and isinstance(leaves[0].space, gym.spaces.MultiDiscrete))):
+            raise ConfigError(f"pqn learns the Q values of a Discrete or MultiDiscrete "
+                              f"action space, not {getattr(action_space, 'space', action_space)}")
+        # A MultiDiscrete space's actions are the float32 indices of its flat actions.
+        self._action_dtype = tf.int32 if not leaves else tf.float32
         super().__init__(observation_space, action_space, config, *args, **kwargs)
         if self.state_size:
             raise ConfigError("pqn learns a feed-forward Q network; the network is recurrent")
@@ -145,7 +160,7 @@ class PQNActor(OnPolicyActor):
         return exploration_lib.epsilon(self.exploration, self.step)
 
     def _distribution(self, params):
-        return EpsilonGreedy(params, self.epsilon())
+        return EpsilonGreedy(params, self.epsilon(), self._action_dtype)
 
     @property
     def variables(self):
