@@ -208,7 +208,8 @@ class PQN(OnPolicyAlgorithm):
       `lr_schedule`, `exploration`, `jit_update`.
 
     Raises:
-      ConfigError: no `rollout_length`, or an `exploration` other than `epsilon_decay`.
+      ConfigError: no `rollout_length`, an `exploration` other than `epsilon_decay`, or an
+        `optimizer` that does not step on gradients (`natural_gradient`, `line_search`).
     """
 
     name = "pqn"
@@ -231,6 +232,9 @@ class PQN(OnPolicyAlgorithm):
         super().__init__(batch_env, step, is_training, should_log, config)
         optimizer = optimizers.create(config.optimizer or {"type": "adam"}, config.policy_lr,
                                       config.max_gradient_norm)
+        if not optimizer.steps_on_gradients:
+            raise ConfigError("config key 'optimizer': pqn steps on the gradient of each "
+                              "minibatch's TD error, which adam, radam, sgd and rmsprop do")
         self._build_optimizers(optimizer, None)
 
     @property

@@ -71,6 +71,11 @@ def test_exploration_other_than_epsilon_decay_is_a_config_error(exploration):
         pqn.PQN.check_config(configs.load("default", PQN))
 
 
+def test_an_optimizer_that_does_not_step_on_gradients_is_a_config_error():
+    with pytest.raises(configs.ConfigError, match="optimizer"):
+        _pqn(_config(optimizer={"type": "natural_gradient"}))
+
+
 def test_epsilon_greedy_explores_at_rate_epsilon_and_never_takes_a_forbidden_action():
     q = np.array([[0.0, 2.0, 1.0, -1e9]] * 20000, np.float32)  # Action 3 forbidden.
     generator = tf.random.Generator.from_seed(0)
