@@ -409,6 +409,9 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
 
         def ready():
             if pool is not None:
+                trace_learn = getattr(agent.algo, "trace_learn", None)
+                if trace_learn is not None:  # While the actors start.
+                    trace_learn(config.envs_per_actor)
                 report_actors(config, pool)
             if not config.eager:
                 _print_ready(loop)

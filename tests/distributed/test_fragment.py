@@ -283,3 +283,19 @@ def test_nested_observations_and_actions_travel_in_fragments_and_train_appo(
     actor.close()
     assert len(closed) == 1
     learner.batch_env.close()
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "ppo"])
+def test_learn_traced_ahead_changes_nothing_and_is_the_function_fragments_call(algorithm):
+    """`trace_learn` (run while the actors start) traces `learn`'s function for the
+    fragments' shapes without running it; the first fragment then runs that trace."""
+    config = _config(algorithm=algorithm)
+    learner = _algorithm(config, build.ALGORITHMS[algorithm])
+    before = learner.actor.get_weights()
+    learner.trace_learn(AGENTS)
+    assert learner._learn_and_log.experimental_get_tracing_count() == 1
+    for got, want in zip(learner.actor.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(got, want)
+    recorder, _, _ = _recorder(config)
+    learner.learn(expand(recorder.collect()))
+    assert learner._learn_and_log.experimental_get_tracing_count() == 1
