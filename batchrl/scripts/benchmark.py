@@ -59,7 +59,7 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
                       "minatar_breakout_apex": 25.8,
                       "pong_apex": 0.0, "cue_recall_appo": 0.9, "cartpole_pqn": 500.0,
                       "minatar_breakout_pqn": 28.0, "minatar_breakout_native_pqn": 28.0,
-                      "minatar_space_invaders_pqn": 131.0}
+                      "minatar_space_invaders_pqn": 131.0, "pong_pqn": 18.0}
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
 # What each config should reach (issues "Learn fast" and "From the command to the
 # answer"; published tuned PPO results at 1M steps: Stable-Baselines3 rl-zoo), shown beside
