@@ -1,13 +1,14 @@
 """PQN (`batchrl.algorithms.pqn`): its Q(lambda) targets, its epsilon-greedy acting half and
-one update, each against NumPy; the declared `layer_norm` by value; and a learner fed an
-actor's fragments ends as PQN in one process."""
+one update, each against NumPy; the declared `layer_norm` by value; MultiDiscrete actions.
+A learner fed an actor's fragments ends as PQN in one process:
+tests/distributed/test_fragment.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from gymnasium import spaces
 
-from batchrl import build, configs
+from batchrl import configs
 from batchrl.algorithms import pqn
 from batchrl.networks import feed_forward_categorical, feed_forward_composite, spec
 from batchrl.networks.torso import Torso
@@ -149,11 +150,11 @@ def _actor(overrides=None):
     return pqn.PQNActor(OBSERVATION, spaces.Discrete(3), _config(**(overrides or {})))
 
 
-def _pqn(config, batch_env=None):
+def _pqn(config):
     from tests.distributed.test_fragment import _batch_env
 
     tf.keras.utils.set_random_seed(0)
-    return pqn.PQN(batch_env or _batch_env(num_actions=3), tf.Variable(0, dtype=tf.int64),
+    return pqn.PQN(_batch_env(num_actions=3), tf.Variable(0, dtype=tf.int64),
                    tf.Variable(True), tf.Variable(False), config)
 
 
@@ -195,40 +196,6 @@ def test_one_update_is_a_gradient_step_on_the_squared_td_error_of_the_q_lambda_t
     new_kernel, new_bias = (weight.numpy() for weight in algo.networks.policy.trainable_variables)
     np.testing.assert_allclose(new_kernel, want_kernel, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(new_bias, want_bias, rtol=1e-5, atol=1e-6)
-
-
-def test_one_actor_without_lag_learns_as_pqn_in_one_process():
-    """PQN runs on actors with no code of its own: the learner builds its batch from an
-    actor's fragment as PQN in one process builds it from its memory of rollouts, and
-    both end with the same weights."""
-    from batchrl.distributed.fragment import FragmentRecorder, expand
-    from batchrl.drivers.simulate import episode_state, simulate_steps
-    from tests.distributed.test_fragment import _batch_env
-
-    config = _config(policy_layers=[16], update_epochs=2)  # Full batches: any order.
-    assert build.ALGORITHMS["pqn"].actors == "fragments"
-    in_process = _pqn(config)
-
-    @tf.function(autograph=False)
-    def run():
-        return simulate_steps(in_process._batch_env, in_process, 5, False, False)
-
-    episode_state(in_process._batch_env)
-    run()
-    learner = _pqn(config)
-    batch_env = _batch_env(num_actions=3)
-    actor = pqn.PQNActor(batch_env.observation_space, batch_env.action_space, config,
-                         num_agents=len(batch_env))
-    recorder = FragmentRecorder(batch_env, actor, 5)
-    initial = learner.actor.get_weights()
-    actor.set_weights(initial)
-    learner.learn(expand(recorder.collect()))
-    changed = False
-    for got, want, start in zip(learner.actor.get_weights(), in_process.actor.get_weights(),
-                                initial, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        changed |= not np.allclose(got, start)
-    assert changed, "the update changed the Q network"
 
 
 def test_pqn_trains_on_a_multidiscrete_space_through_the_agent():

@@ -14,7 +14,7 @@ from batchrl.drivers.simulate import episode_state, simulate_steps
 from batchrl.environments.in_graph import InGraphBatchEnv
 from batchrl.environments.local import BatchEnv
 from batchrl.environments.mock import MockEnvironment
-from batchrl.networks import feed_forward_gaussian, recurrent_gaussian
+from batchrl.networks import feed_forward_categorical, feed_forward_gaussian, recurrent_gaussian
 
 AGENTS, LENGTH, FRAGMENTS = 3, 6, 4
 
@@ -23,7 +23,8 @@ def _config(network=feed_forward_gaussian, **overrides):
     config = configs.load("default", {
         "algorithm": "impala", "policy_layers": [16], "value_layers": [16],
         "rollout_length": LENGTH, "discount": 0.9, "gae_lambda": 1.0, "policy_lr": 0.01,
-        "normalize_observ": False, "normalize_reward": False, **overrides})
+        "normalize_observ": False, "normalize_reward": False, "network": network.__name__,
+        **overrides})
     config.update(network=network, max_length=50)
     return config
 
@@ -40,16 +41,16 @@ def _batch_env(num_actions=None):
     return InGraphBatchEnv(BatchEnv(envs, blocking=True))
 
 
-def _algorithm(config, algorithm_class=IMPALA):
+def _algorithm(config, algorithm_class=IMPALA, num_actions=None):
     tf.keras.utils.set_random_seed(0)  # The same initial weights in every call.
-    return algorithm_class(_batch_env(), tf.Variable(0, dtype=tf.int64), tf.Variable(True),
-                  tf.Variable(False), config)
+    return algorithm_class(_batch_env(num_actions), tf.Variable(0, dtype=tf.int64),
+                           tf.Variable(True), tf.Variable(False), config)
 
 
-def _recorder(config, batch_env=None):
-    batch_env = batch_env or _batch_env()
-    actor = OnPolicyActor(batch_env.observation_space, batch_env.action_space, config,
-                          num_agents=len(batch_env))
+def _recorder(config, batch_env=None, actor_class=OnPolicyActor, num_actions=None):
+    batch_env = batch_env or _batch_env(num_actions)
+    actor = actor_class(batch_env.observation_space, batch_env.action_space, config,
+                        num_agents=len(batch_env))
     return FragmentRecorder(batch_env, actor, LENGTH), actor, batch_env
 
 
@@ -87,9 +88,10 @@ def test_a_fragment_holds_the_steps_as_the_agents_took_them():
 @pytest.mark.parametrize("algorithm, network, fragments", [
     ("impala", feed_forward_gaussian, FRAGMENTS), ("impala", recurrent_gaussian, FRAGMENTS),
     ("a2c", feed_forward_gaussian, FRAGMENTS), ("trpo", feed_forward_gaussian, FRAGMENTS),
-    # PPO shuffles its minibatches with the generator that also samples its actions in one
-    # process: from the second rollout on, the actor (which only samples) draws others.
-    ("ppo", feed_forward_gaussian, 1)])
+    # PPO and PQN shuffle their minibatches with the generator that also samples their
+    # actions in one process: from the second rollout on, the actor (which only samples)
+    # draws others. (Their one rollout here is one full batch: its order does not matter.)
+    ("ppo", feed_forward_gaussian, 1), ("pqn", feed_forward_categorical, 1)])
 def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
         algorithm, network, fragments):
     """The learner builds its batch from fragments as the in-process algorithm builds it
@@ -97,11 +99,14 @@ def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
     with the learner's weights copied into the actor before every fragment (policy lag 0),
     both end with the same weights, to float32 rounding; a recurrent policy's states run on
     across fragments and rows on both sides. Every on-policy algorithm that reads
-    `rollout_length` learns so, those of `build_algorithm` (a2c, trpo) included."""
+    `rollout_length` learns so, those of `build_algorithm` (a2c, trpo) and PQN (which acts
+    epsilon-greedily on Discrete actions) included."""
+    discrete = network is feed_forward_categorical
+    num_actions = 3 if discrete else None
     config = _config(network, algorithm=algorithm, update_epochs=2)
     algorithm_class = build.ALGORITHMS[algorithm]
     assert algorithm_class.actors == "fragments"
-    in_process = _algorithm(config, algorithm_class)
+    in_process = _algorithm(config, algorithm_class, num_actions)
 
     @tf.function(autograph=False)
     def run():
@@ -111,8 +116,9 @@ def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
     episode_state(in_process._batch_env)
     run()
 
-    learner = _algorithm(config, algorithm_class)
-    recorder, actor, _ = _recorder(config)
+    learner = _algorithm(config, algorithm_class, num_actions)
+    recorder, actor, _ = _recorder(config, actor_class=algorithm_class.actor_class,
+                                   num_actions=num_actions)
     initial = learner.actor.get_weights()
     for _ in range(fragments):
         actor.set_weights(learner.actor.get_weights())
