@@ -1,6 +1,6 @@
 """Building the algorithm of a config: the in-graph environment, the algorithm (BatchPPO,
-TRPO, A2C, IMPALA, APPO, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint (shared by
-`train`, `visualize`, `export` and `batchrl.Agent`)."""
+TRPO, A2C, IMPALA, APPO, PQN, SAC, TD3, DQN or one of `build_algorithm`) and its checkpoint
+(shared by `train`, `visualize`, `export` and `batchrl.Agent`)."""
 
 import collections
 import functools

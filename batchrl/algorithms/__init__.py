@@ -1,7 +1,8 @@
 """Learning algorithms that plug into `batchrl.drivers.simulate` (subclasses of `Algorithm`,
-the contract in code): BatchPPO, TRPO, A2C, IMPALA (V-trace), APPO (PPO on V-trace),
-`build_algorithm`, which makes an algorithm of a few pure functions, and the off-policy SAC,
-TD3 and DQN, which learn from a replay memory (`batchrl.memories`).
+the contract in code): BatchPPO, TRPO, A2C, IMPALA (V-trace), APPO (PPO on V-trace), PQN
+(Q-learning on rollouts), `build_algorithm`, which makes an algorithm of a few pure
+functions, and the off-policy SAC, TD3 and DQN, which learn from a replay memory
+(`batchrl.memories`).
 
 Names are imported lazily, so that importing the package does not start TensorFlow.
 """
@@ -19,6 +20,7 @@ _EXPORTS = {
     "OffPolicyAlgorithm": "batchrl.algorithms.off_policy",
     "OnPolicyAlgorithm": "batchrl.algorithms.on_policy",
     "PPO": "batchrl.algorithms.ppo",
+    "PQN": "batchrl.algorithms.pqn",
     "ReplayMemory": "batchrl.memories.replay",
     "SAC": "batchrl.algorithms.sac",
     "TD3": "batchrl.algorithms.td3",

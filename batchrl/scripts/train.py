@@ -476,11 +476,11 @@ def _print_ready(loop):
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m batchrl.scripts.train",
-        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, APPO; "
+        description="Train an agent (on-policy BatchPPO, TRPO, A2C, IMPALA, APPO, PQN; "
                     "off-policy SAC, TD3, DQN; or your own: config key algorithm) on a "
                     "Gymnasium, EnvPool or in-graph environment. With config key actors "
                     "above 0, Ray actors act and this process learns: IMPALA, APPO, "
-                    "PPO, TRPO, A2C and those of build_algorithm from the actors' "
+                    "PPO, TRPO, A2C, PQN and those of build_algorithm from the actors' "
                     "fragments of rollout_length steps, SAC, TD3 and DQN as Ape-X, from "
                     "their n-step transitions with first priorities "
                     "(docs/distributed.md). "

@@ -418,7 +418,8 @@ def test_help_names_every_algorithm(capsys):
     with pytest.raises(SystemExit):
         train.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for name in ("BatchPPO", "TRPO", "A2C", "SAC", "TD3", "DQN", "config key algorithm"):
+    for name in ("BatchPPO", "TRPO", "A2C", "PQN", "SAC", "TD3", "DQN",
+                 "config key algorithm"):
         assert name in text, name
     # The actor modes: the on-policy algorithms' fragments, Ape-X for each off-policy one.
     from batchrl.algorithms import registry
