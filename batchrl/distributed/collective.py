@@ -3,8 +3,9 @@ each step, on TensorFlow's own collective all-reduce (the engine of
 `tf.distribute.MultiWorkerMirroredStrategy`: gRPC between the learner processes, the cluster
 given by `TF_CONFIG`). Each learner computes the gradient of its own batch and steps on the
 mean, so that M learners with equal batches step as one learner on their union
-(`tests/distributed/test_collective.py`). The learners' loop, their actors and `learners: M`
-come next; what one all-reduce costs here: docs/scaling.md, `benchmarks.allreduce`."""
+(`tests/distributed/test_collective.py`). The learners themselves, their actors and
+`learners: M`: `batchrl.distributed.learners`; what one all-reduce costs here:
+docs/scaling.md, `benchmarks.allreduce`."""
 
 import json
 import os

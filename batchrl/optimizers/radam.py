@@ -37,10 +37,10 @@ class RAdam(keras.optimizers.Optimizer):
     variable's shape and dtype, and Keras' int64 `iterations`; a `tf.train.Checkpoint`
     holding the optimizer holds them. The step is branch-free (`ops.where`), so that it
     traces into `tf.function` and compiles with XLA (on CPU and GPU; TPUs lack the float64
-    below). Its scalars (bias corrections, rho_t,
-    r_t) are computed in float64: rho_t is the difference of two numbers near
-    2 / (1 - beta_2) (about 2,000), which in float32 was off by up to 0.7 % for
-    beta_2 = 0.999 in the first 12 steps; m, v and the variable keep their own dtype.
+    below). Its scalars (bias corrections, rho_t, r_t) are computed in float64: rho_t is
+    the difference of two numbers near 2 / (1 - beta_2) (about 2,000), which in float32
+    was off by up to 0.7 % for beta_2 = 0.999 in the first 12 steps; m, v and the
+    variable keep their own dtype.
 
     Args:
       learning_rate: a float, a Keras learning rate schedule or a callable; lr.
