@@ -152,16 +152,9 @@ class DQNActor(OffPolicyActor):
         return {"allowed": self.allowed(observ)}
 
     def sampled(self, observ, generator):
-        greedy = self.greedy(observ)
-        count = tf.shape(greedy)
-        final = self.exploration.spec.get("final", 0.0)
-        allowed = self.allowed(observ)
-        if allowed is None:
-            random = tf.cast(tf.floor(generator.uniform(count) * self.count), tf.int32)
-            random = tf.minimum(random, self.count - 1)
-        else:
-            random = exploration_lib.uniform_allowed(allowed, generator)
-        return tf.where(generator.uniform(count) < final, random, greedy)
+        return exploration_lib.epsilon_greedy(
+            self.greedy(observ), self.exploration.spec.get("final", 0.0), generator,
+            self.allowed(observ), self.count)
 
 
 class DQN(off_policy.OffPolicyAlgorithm):

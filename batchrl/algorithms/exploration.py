@@ -163,15 +163,11 @@ class Exploration(tf.Module):
         if kind == "none":
             return action
         if kind in ("epsilon_decay", "apex_epsilon"):
-            count = tf.shape(action)[0]
             rate = (epsilon(self.spec, steps) if kind == "epsilon_decay" else
                     tf.gather(self._epsilons, tf.cast(agent_indices, tf.int32)))
-            explore = generator.uniform([count]) < rate
-            if allowed is None:
-                random = generator.uniform([count], 0, self._num_actions, dtype=tf.int32)
-            else:
-                random = uniform_allowed(allowed, generator)
-            return tf.where(explore, tf.cast(random, action.dtype), action)
+            chosen = epsilon_greedy(tf.cast(action, tf.int32), rate, generator, allowed,
+                                    self._num_actions)
+            return tf.cast(chosen, action.dtype)
         if kind == "gaussian":
             noise = self.spec["std"] * generator.normal(tf.shape(action))
             return tf.clip_by_value(action + noise, -1.0, 1.0)
@@ -182,6 +178,31 @@ class Exploration(tf.Module):
             tf.shape(state))
         with tf.control_dependencies([self._noise.scatter_nd_update(rows, state)]):
             return tf.clip_by_value(action + state, -1.0, 1.0)
+
+
+def epsilon_greedy(greedy, rate, generator, allowed=None, num_actions=None):
+    """Epsilon-greedy actions: each greedy action is replaced, with probability `rate`, by
+    one drawn uniformly from the allowed actions (Mnih et al. 2015, Methods).
+
+    Args:
+      greedy: int32 `[...]`, the greedy actions.
+      rate: float32, epsilon: a scalar or one per action (`[...]`).
+      generator: the `tf.random.Generator` to draw with (first the random actions, then
+        which to take; float draws only, as `batchrl.export`'s generator has).
+      allowed: None, or bool `[..., num_actions]` (at least one True a row): the actions
+        an observation's mask allows.
+      num_actions: int, the number of actions when `allowed` is None.
+
+    Returns:
+      int32 `[...]`.
+    """
+    if allowed is None:  # Float draws only: exported models draw with float ops alone.
+        random = tf.cast(tf.floor(generator.uniform(tf.shape(greedy)) * num_actions),
+                         tf.int32)
+        random = tf.minimum(random, num_actions - 1)
+    else:
+        random = uniform_allowed(allowed, generator)
+    return tf.where(generator.uniform(tf.shape(greedy)) < rate, random, greedy)
 
 
 def uniform_allowed(allowed, generator):

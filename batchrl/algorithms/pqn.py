@@ -89,10 +89,8 @@ class EpsilonGreedy:
 
     def sample(self, generator):
         """An epsilon-greedy action, drawn with a `tf.random.Generator`."""
-        greedy = self._greedy()
-        random = exploration_lib.uniform_allowed(self.q > _FORBIDDEN, generator)
-        explore = generator.uniform(tf.shape(greedy)) < self.epsilon
-        return tf.cast(tf.where(explore, random, greedy), self._dtype)
+        return tf.cast(exploration_lib.epsilon_greedy(
+            self._greedy(), self.epsilon, generator, self.q > _FORBIDDEN), self._dtype)
 
     def _greedy(self):
         return tf.argmax(self.q, -1, output_type=tf.int32)
