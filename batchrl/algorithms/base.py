@@ -4,6 +4,8 @@ algorithm of batchrl subclasses (`OnPolicyAlgorithm` for PPO, TRPO, A2C and thos
 the same way: the observation filter, the compiled update and its summaries."""
 
 import abc
+import os
+import tempfile
 
 import tensorflow as tf
 
@@ -152,7 +154,23 @@ class Algorithm(abc.ABC):
         weights `get_weights` / `set_weights` read and write. A subclass sets `_acting`."""
         return self._acting
 
+    def compile_ahead(self):
+        """Compiles ahead of training what the step function's first update would
+        otherwise compile during it (the XLA program of `jit_update`), changing no
+        variable; the Loop calls it once, after tracing the step function, so that the
+        compilation counts as start-up. This base compiles nothing."""
+
     # --- What both families do the same way. ---
+
+    def _undone(self, function):
+        """Calls `function()`, then sets every variable of `checkpoint_state` and
+        `progress_state` back to its value before the call (through a checkpoint in a
+        temporary directory)."""
+        checkpoint = tf.train.Checkpoint(**self.checkpoint_state, **self.progress_state)
+        with tempfile.TemporaryDirectory() as directory:
+            before = checkpoint.write(os.path.join(directory, "before"))
+            function()
+            checkpoint.read(before).assert_consumed()
 
     def _if_training(self, train_fn, else_fn):
         """`train_fn()` while `is_training`, `else_fn()` otherwise (`tf.cond`)."""
@@ -167,8 +185,12 @@ class Algorithm(abc.ABC):
         """`function` as a `tf.function` of its own, traced once however many step
         functions call it; compiled with XLA when the algorithm reads `jit_update` and the
         config sets it. Summaries stay outside (XLA compiles no summary op)."""
-        jit = bool(self._config.jit_update) if "jit_update" in self.config_keys else False
-        return tf.function(function, jit_compile=jit, autograph=False)
+        return tf.function(function, jit_compile=self._jit_update, autograph=False)
+
+    @property
+    def _jit_update(self):
+        """bool: the algorithm reads `jit_update` and the config sets it."""
+        return bool(self._config.jit_update) if "jit_update" in self.config_keys else False
 
     def _write_summaries(self, scalars, record, extra=None, filters=()):
         """Writes the float32 scalars of the dict `scalars` under `NAME/` while `record`

@@ -108,6 +108,7 @@ class Loop:
                 raise ValueError(f"{name} must be positive, got {value}")
         self._logdir = os.fspath(logdir)
         self._batch_env = batch_env
+        self._algo = algo
         self._step = step
         self._is_training = is_training
         self._should_log = should_log
@@ -205,8 +206,11 @@ class Loop:
         if self._tracing_seconds is None:
             if self._started_at is not None:
                 self._startup_seconds = started - self._started_at
-            # A call of 0 steps traces and optimizes the graph and changes nothing.
+            # A call of 0 steps traces and optimizes the graph and changes nothing; an
+            # update compiled with XLA is compiled now, not in the first train phase (an
+            # algorithm of the contract alone may have no `compile_ahead`).
             self._call(False, False, 0)
+            getattr(self._algo, "compile_ahead", lambda: None)()
             self._tracing_seconds = time.time() - started
             if on_ready is not None:
                 on_ready()

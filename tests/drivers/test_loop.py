@@ -249,3 +249,35 @@ def test_a_train_phase_shorter_than_an_episode_says_no_episode_ended(tmp_path, c
     values = [value for _, value in _scalars(tmp_path / "train", "mean_score")]
     assert values == []
     assert np.isfinite([v for _, v in _scalars(tmp_path / "eval", "mean_score")]).all()
+
+
+def test_compile_ahead_runs_the_xla_update_and_sets_every_variable_back(tmp_path):
+    """With `jit_update`, `compile_ahead` (which `run` calls after the call of 0 steps)
+    runs the compiled update, so that XLA compiles it before the first train phase, and
+    leaves every variable of `checkpoint_state` and `progress_state` as it was. Here the
+    memory holds episodes, so the update it runs changes the weights, the optimizer's
+    moments, the generator and the memory: each is set back. Catches: a restore that
+    misses any of them; an update not run ahead."""
+    loop, algo, _, _ = ppo_loop(
+        tmp_path, mock_batch(4, (3, 6)), 8, 6,
+        {"update_every": 4, "update_epochs": 2, "seed": 0, "jit_update": True},
+        steps=80, eval_every=40, eval_episodes=4)
+    for count in range(4):  # Episodes of 3-6 steps: some in the memory, no update.
+        loop._call(False, count == 0, 1)
+    _, length = algo._memory.data()
+    assert 0 < int(tf.reduce_sum(tf.cast(length > 0, tf.int32))) < 4
+    state = tf.train.Checkpoint(**algo.checkpoint_state, **algo.progress_state)
+    before = tf.train.load_checkpoint(state.write(str(tmp_path / "before")))
+    calls = []
+    compiled = algo._update
+    algo._update = lambda: calls.append(1) or compiled()
+    algo.compile_ahead()
+    assert calls == [1]
+    after = tf.train.load_checkpoint(state.write(str(tmp_path / "after")))
+    names = before.get_variable_to_shape_map()
+    assert any("optimizer" in name for name in names)
+    assert any("memory" in name for name in names)
+    for name in names:
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
+            np.testing.assert_array_equal(after.get_tensor(name), before.get_tensor(name),
+                                          err_msg=name)
