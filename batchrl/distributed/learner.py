@@ -145,6 +145,16 @@ class ActorLearnerLoop(Loop):
         """The learner's policy version (int): its updates so far."""
         return int(self._version.numpy())
 
+    def trace_learn(self, rows):
+        """Traces the algorithm's `learn` for fragments of `rows` rows (its `trace_learn`,
+        if it has one) before the first arrives, under the train writer as `_train_phase`
+        calls it: a function traced with no default writer writes no summary, whatever
+        writer its later calls run under."""
+        trace = getattr(self._algo, "trace_learn", None)
+        if trace is not None:
+            with self._writers["train"].as_default(step=self._step):
+                trace(rows)
+
     def _publish(self):
         self._pool.publish(self.version, self._weights())
         self._published = self.version

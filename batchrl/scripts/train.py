@@ -409,9 +409,7 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
 
         def ready():
             if pool is not None:
-                trace_learn = getattr(agent.algo, "trace_learn", None)
-                if trace_learn is not None:  # While the actors start.
-                    trace_learn(config.envs_per_actor)
+                loop.trace_learn(config.envs_per_actor)  # While the actors start.
                 report_actors(config, pool)
             if not config.eager:
                 _print_ready(loop)

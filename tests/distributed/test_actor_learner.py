@@ -192,6 +192,20 @@ def test_the_learner_drops_fragments_past_the_lag_bound_and_counts_the_rest(tmp_
 
 
 @pytest.mark.timeout(120)
+def test_learn_traced_ahead_still_writes_the_updates_summaries(tmp_path):
+    """The training command traces `learn` while the actors start (`trace_learn`), before
+    any train phase: traced there, the updates write their summaries all the same (a
+    function traced with no default writer would write none, ever after)."""
+    config = _config()
+    loop, built = _loop(tmp_path, config, StalePool(config, [0]), 4, broadcast_every=1,
+                        max_policy_lag=None)
+    loop.trace_learn(ENVS)
+    loop.run()
+    assert built.algo._learn_and_log.experimental_get_tracing_count() == 1
+    assert len(_scalars(tmp_path / "train", "impala/loss")) == 2  # Logged every 2.
+
+
+@pytest.mark.timeout(120)
 def test_a_fragment_dropped_for_lag_makes_the_learner_publish_so_it_never_stalls(tmp_path):
     """`broadcast_every` 4 and `max_policy_lag` 0 (which `check` refuses): the actor acts
     with the newest publication, so after each update its next fragment is one version
