@@ -159,6 +159,7 @@ class Algorithm(abc.ABC):
         otherwise compile during it (the XLA program of `jit_update`), changing no
         variable; the Loop calls it once, after tracing the step function, so that the
         compilation counts as start-up. This base compiles nothing."""
+        return None
 
     # --- What both families do the same way. ---
 
