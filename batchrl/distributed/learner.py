@@ -131,7 +131,6 @@ class ActorLearnerLoop(Loop):
         checkpoint.policy_version = self._version
         super().__init__(logdir, batch_env, algo, step, is_training, should_log, checkpoint,
                          **options)
-        self._algo = algo
         self._pool = pool
         self._broadcast_every = int(broadcast_every)
         self._max_policy_lag = max_policy_lag
@@ -154,6 +153,10 @@ class ActorLearnerLoop(Loop):
         if trace is not None:
             with self._writers["train"].as_default(step=self._step):
                 trace(rows)
+
+    def _compile_ahead(self):
+        """Nothing: the learner's updates come through `learn` (traced by `trace_learn`),
+        never through the update the step function holds."""
 
     def _publish(self):
         self._pool.publish(self.version, self._weights())

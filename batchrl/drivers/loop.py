@@ -207,10 +207,9 @@ class Loop:
             if self._started_at is not None:
                 self._startup_seconds = started - self._started_at
             # A call of 0 steps traces and optimizes the graph and changes nothing; an
-            # update compiled with XLA is compiled now, not in the first train phase (an
-            # algorithm of the contract alone may have no `compile_ahead`).
+            # update compiled with XLA is compiled now, not in the first train phase.
             self._call(False, False, 0)
-            getattr(self._algo, "compile_ahead", lambda: None)()
+            self._compile_ahead()
             self._tracing_seconds = time.time() - started
             if on_ready is not None:
                 on_ready()
@@ -327,6 +326,11 @@ class Loop:
         self._writers["eval"].flush()
         return PhaseResult("eval", int(self._step.numpy()), steps, time.time() - start_time,
                            scores, lengths)
+
+    def _compile_ahead(self):
+        """Compiles the update that the train phases will run (`compile_ahead` of the
+        algorithm; one of the contract alone may have none)."""
+        getattr(self._algo, "compile_ahead", lambda: None)()
 
     def _call(self, log, reset, count):
         """Calls the step function; returns `(done, score)` as NumPy arrays

@@ -195,12 +195,16 @@ def test_the_learner_drops_fragments_past_the_lag_bound_and_counts_the_rest(tmp_
 def test_learn_traced_ahead_still_writes_the_updates_summaries(tmp_path):
     """The training command traces `learn` while the actors start (`trace_learn`), before
     any train phase: traced there, the updates write their summaries all the same (a
-    function traced with no default writer would write none, ever after)."""
+    function traced with no default writer would write none, ever after). The learner
+    compiles nothing ahead for the in-process update it never runs (`compile_ahead`)."""
     config = _config()
     loop, built = _loop(tmp_path, config, StalePool(config, [0]), 4, broadcast_every=1,
                         max_policy_lag=None)
+    compiled_ahead = []
+    built.algo.compile_ahead = lambda: compiled_ahead.append(1)
     loop.trace_learn(ENVS)
     loop.run()
+    assert compiled_ahead == []
     assert built.algo._learn_and_log.experimental_get_tracing_count() == 1
     assert len(_scalars(tmp_path / "train", "impala/loss")) == 2  # Logged every 2.
 
