@@ -469,13 +469,18 @@ class OnPolicyAlgorithm(FragmentLearning, Algorithm):
             "observ": observ, "action": rows["action"], "mask": mask, "length": length,
             "reward": advantage_lib.masked(self._reward_filter.transform(rows["reward"]),
                                            mask),
-            "value": advantage_lib.masked(self._value(observ), mask),
+            "value": advantage_lib.masked(self._recorded_value(rows, observ), mask),
         }
         for key in self._param_shapes:
             batch["policy_" + key] = rows["policy_" + key]
         if self._recurrent:
             batch["state"] = rows["state"]
         return batch
+
+    def _recorded_value(self, rows, observ):
+        """V(s_t) of recorded steps, float32 `[rows, time]`: the value network now on
+        `observ` (`_value`). `rows`: the recording's dict of `[rows, time, ...]`."""
+        return self._value(observ)
 
     def _value(self, observ):
         """The value network's estimate of the return, float32 `[batch, time]` for

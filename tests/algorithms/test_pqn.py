@@ -158,10 +158,33 @@ def _pqn(config):
                    tf.Variable(True), tf.Variable(False), config)
 
 
+def test_the_values_of_the_targets_are_the_maxima_of_the_q_values_acted_with():
+    """V(s_t) = max_a Q(s_t, a) of the recorded steps comes from the Q values each step was
+    acted with (`policy_logits`), not from a second pass of the network; zero beyond a
+    row's length; V(s'_t) is the next step's inside the row."""
+    algo = _pqn(_config())
+    rng = np.random.default_rng(5)
+    rows, time = 2, 4
+    logits = rng.normal(size=(rows, time, 3)).astype(np.float32)
+    length = np.array([4, 3], np.int32)
+    recorded = {"action": np.zeros((rows, time), np.int32),
+                "reward": np.zeros((rows, time), np.float32),
+                "done": np.zeros((rows, time), bool),
+                "terminated": np.zeros((rows, time), bool), "policy_logits": logits}
+    observ = rng.normal(size=(rows, time, 3)).astype(np.float32)
+    batch = algo._rollout_batch(recorded, tf.constant(observ), tf.constant(observ),
+                                tf.constant(length))
+    valid = np.arange(time)[None] < length[:, None]
+    want = np.where(valid, logits.max(-1), 0.0)
+    np.testing.assert_allclose(batch["value"].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(batch["next_value"].numpy()[:, :2], want[:, 1:3], rtol=1e-6)
+
+
 def test_one_update_is_a_gradient_step_on_the_squared_td_error_of_the_q_lambda_targets():
     """A linear Q network (no hidden layer) and plain SGD over the whole batch: after one
-    update from a fragment, the weights are those of a NumPy step on half the mean
-    squared error of Q(s_t, a_t) against the Q(lambda) targets of the weights before."""
+    update from a fragment (acted with these weights), the weights are those of a NumPy
+    step on half the mean squared error of Q(s_t, a_t) against the Q(lambda) targets of
+    the weights before."""
     algo = _pqn(_config())
     rng = np.random.default_rng(3)
     rows, time = 3, 5
@@ -177,12 +200,14 @@ def test_one_update_is_a_gradient_step_on_the_squared_td_error_of_the_q_lambda_t
     fragment = {"observ": observ, "next_observ": next_observ.astype(np.float32),
                 "action": rng.integers(0, 3, size=(rows, time)).astype(np.int32),
                 "reward": rng.normal(size=(rows, time)).astype(np.float32),
-                "done": done, "terminated": terminated, "length": length,
-                "policy_logits": np.zeros((rows, time, 3), np.float32)}
+                "done": done, "terminated": terminated, "length": length}
     kernel, bias = (weight.numpy() for weight in algo.networks.policy.trainable_variables)
 
     def q(x):
         return x @ kernel + bias
+
+    # The Q values each step was acted with: V(s_t) of the targets is their maximum.
+    fragment["policy_logits"] = q(observ).astype(np.float32)
 
     value, next_value = q(observ).max(-1), q(fragment["next_observ"]).max(-1)
     target = _numpy_q_lambda(fragment["reward"], value, next_value, terminated, done, length)
