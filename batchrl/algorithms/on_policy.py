@@ -426,11 +426,12 @@ class OnPolicyAlgorithm(FragmentLearning, Algorithm):
         a dict of tensors: `observ` float32 `[E, T, *observation_shape]` (normalized);
         `action` `[E, T, *action_shape]`; `mask` float32 `[E, T]`, 1 for valid steps;
         `length` int32 `[E]`; `reward` float32 `[E, T]`, scaled by the reward normalizer
-        and 0 beyond each episode's length; `value` float32 `[E, T]`, V(s_t) now (`_value`),
-        0 beyond the length; `bootstrap` float32 `[E]`, the value of the observation after
-        the last step, 0 when the episode terminated; `policy_<param>` `[E, T, ...]`, the
-        parameters of the policy that acted; and, for a recurrent policy, `state` float32
-        `[E, T, state_size]`, the state each step was acted on."""
+        and 0 beyond each episode's length; `value` float32 `[E, T]`, V(s_t)
+        (`_recorded_value`), 0 beyond the length; `bootstrap` float32 `[E]`, the value of
+        the observation after the last step, 0 when the episode terminated;
+        `policy_<param>` `[E, T, ...]`, the parameters of the policy that acted; and, for a
+        recurrent policy, `state` float32 `[E, T, state_size]`, the state each step was
+        acted on."""
         episodes, length = self._memory.data()
         observ = self._observ_storage.decode("observ", episodes)
         if self._rollout_length:
