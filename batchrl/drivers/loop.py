@@ -38,8 +38,12 @@ class Loop:
       `time/train_phase_seconds` (those seconds), from which `batchrl-benchmark` averages
       a run's speed over phases and resumed processes. Then a checkpoint.
     - `eval`: `is_training` and `should_log` are false (mean actions, no learning). In
-      rounds, every agent starts an episode and the first episode each agent finishes is
-      counted, until at least `eval_episodes` episodes are counted; their `mean_score` /
+      rounds, every agent starts an episode and the first episode that each of the agents
+      a round still needs finishes is counted, the lowest-numbered agents first, until
+      `eval_episodes` episodes are counted (a batch of 128 with `eval_episodes` 8 counts
+      agents 0-7 and ends its round when those 8 have finished: which agents count does
+      not depend on how long their episodes are, so short episodes are not favoured, and a
+      long game on agent 100 costs nothing); their `mean_score` /
       `mean_length` go to `LOGDIR/eval` at the current global step, with
       `time/training_seconds`, the wall-clock seconds from the start of this `run` call to
       the end of this evaluation (tracing, updates, evaluations and checkpoints included;
@@ -290,20 +294,22 @@ class Loop:
 
     def _eval_phase(self, started):
         """Evaluates in rounds: each round restarts every agent and counts the first episode
-        each agent finishes, so that short episodes are not over-represented; rounds repeat
-        until at least `eval_episodes` episodes are counted. `started`: when `run` began
-        (`time.time()`)."""
+        of each of its first `min(batch, eval_episodes - counted)` agents (chosen by number,
+        not by which finish first, so that short episodes are not over-represented), and
+        ends when those have finished; rounds repeat until `eval_episodes` episodes are
+        counted. `started`: when `run` began (`time.time()`)."""
         self._is_training.assign(False)
         self._should_log.assign(False)
         batch = len(self._batch_env)
         scores, lengths = [], []
         steps, start_time = 0, time.time()
         while len(scores) < self._eval_episodes:
+            counted = min(batch, self._eval_episodes - len(scores))
             first_score = np.full(batch, np.nan, np.float32)
             first_length = np.zeros(batch, np.int64)
             running = np.zeros(batch, np.int64)
             reset = True
-            while np.isnan(first_score).any():
+            while np.isnan(first_score[:counted]).any():
                 self._check_stop()
                 count = self._steps_per_call
                 dones, call_scores = self._call(False, reset, count)
@@ -316,8 +322,8 @@ class Loop:
                     first_score[new] = score[new]
                     first_length[new] = running[new]
                     running[done] = 0
-            scores.extend(first_score.tolist())
-            lengths.extend(first_length.tolist())
+            scores.extend(first_score[:counted].tolist())
+            lengths.extend(first_length[:counted].tolist())
         times = {"time/training_seconds": time.time() - started,
                  "time/tracing_seconds": self._tracing_seconds}
         if self._startup_seconds is not None:

@@ -9,6 +9,9 @@ import pytest
 import tensorflow as tf
 
 from batchrl.drivers.loop import Loop
+from batchrl.environments.in_graph import InGraphBatchEnv
+from batchrl.environments.local import BatchEnv
+from batchrl.environments.mock import MockEnvironment
 from batchrl.native_tasks import Pendulum
 from batchrl.scripts.events import read_scalars
 from tests.drivers.ppo_loops import mock_batch, ppo_loop
@@ -281,3 +284,19 @@ def test_compile_ahead_runs_the_xla_update_and_sets_every_variable_back(tmp_path
         if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
             np.testing.assert_array_equal(after.get_tensor(name), before.get_tensor(name),
                                           err_msg=name)
+
+
+@pytest.mark.parametrize("eval_episodes, counted, rounds", [
+    (2, [3, 3], [3]), (6, [3, 3, 20, 20, 3, 3], [20, 3])])
+def test_an_eval_counts_the_first_episode_of_the_lowest_numbered_agents(
+        tmp_path, eval_episodes, counted, rounds):
+    """Agents 0-1 play episodes of 3 steps, agents 2-3 of 20: an eval of 2 episodes counts
+    agents 0 and 1 and ends after their 3 steps; one of 6 counts all four, then 0 and 1
+    again, lasting 20 + 3 steps of the batch."""
+    envs = [MockEnvironment((3,), (1,), length, length) for length in (3, 3, 20, 20)]
+    batch_env = InGraphBatchEnv(BatchEnv(envs, blocking=True))
+    loop, _, _, _ = ppo_loop(tmp_path, batch_env, 8, 20, steps=8, eval_every=8,
+                             eval_episodes=eval_episodes)
+    evaluation = [result for result in loop.run() if result.name == "eval"][0]
+    assert evaluation.lengths == counted
+    assert evaluation.steps == 4 * sum(rounds)
