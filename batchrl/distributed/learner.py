@@ -154,9 +154,14 @@ class ActorLearnerLoop(Loop):
             with self._writers["train"].as_default(step=self._step):
                 trace(rows)
 
+    def _stepped(self, algo):
+        """The learner's step function only evaluates: it acts with `algo` and records
+        nothing (`ActingOnly`), so it holds no update and traces in less time."""
+        return ActingOnly(algo)
+
     def _compile_ahead(self):
-        """Nothing: the learner's updates come through `learn` (traced by `trace_learn`),
-        never through the update the step function holds."""
+        """Nothing: the learner's updates come through `learn` (traced by `trace_learn`);
+        its step function holds none (`ActingOnly`)."""
 
     def _publish(self):
         self._pool.publish(self.version, self._weights())
@@ -282,6 +287,29 @@ class ActorLearnerLoop(Loop):
             tf.summary.scalar("actors/dropped_fragments", self.dropped)
             tf.summary.scalar("actors/discarded_fragments", self._pool.discarded)
             tf.summary.scalar("actors/restarts", sum(self._pool.restarts))
+
+
+class ActingOnly:
+    """An algorithm as an actor-learner run's learner steps its own environments: only in
+    its eval phases, so only acting. `begin_episodes` and `perform` are the algorithm's;
+    `experience` and `end_episodes` record nothing and return False, so that `simulate`
+    traced with it holds neither the recording nor the in-process update (which the
+    learner never runs: it learns through `Algorithm.learn`)."""
+
+    def __init__(self, algo):
+        self._algo = algo
+
+    def begin_episodes(self, agent_indices):
+        return self._algo.begin_episodes(agent_indices)
+
+    def perform(self, agent_indices, observ):
+        return self._algo.perform(agent_indices, observ)
+
+    def experience(self, agent_indices, observ, action, reward, done, nextob):
+        return tf.constant(False)
+
+    def end_episodes(self, agent_indices):
+        return tf.constant(False)
 
 
 class _Window:

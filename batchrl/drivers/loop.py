@@ -132,12 +132,16 @@ class Loop:
         # train writer is the function's default writer in both phases.
         self._jit_compile = bool(jit_compile)
         self._function = step_function(
-            batch_env, algo, self._steps_per_call,
+            batch_env, self._stepped(algo), self._steps_per_call,
             None if jit_compile else self._writers["train"], step, count_steps=False,
             jit_compile=jit_compile)
         self._started_at = started_at
         self._startup_seconds = None
         self._tracing_seconds = None
+
+    def _stepped(self, algo):
+        """What the step function runs `simulate` with: the algorithm."""
+        return algo
 
     @property
     def manager(self):

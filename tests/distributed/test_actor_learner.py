@@ -149,16 +149,18 @@ class StalePool:
                         result["lengths"], result["seconds"], 1)
 
 
-def _loop(tmp_path, config, pool, fragments, broadcast_every, max_policy_lag):
+def _loop(tmp_path, config, pool, fragments, broadcast_every, max_policy_lag,
+          eval_episodes=0):
     """An `ActorLearnerLoop` over `pool` that learns from `fragments` fragments in one
-    train phase, and the learner it updates."""
+    train phase (then evaluates `eval_episodes` episodes), and the learner it updates."""
     steps = fragments * ENVS * LENGTH
     config = configs.Config(config, steps=steps, eval_every=steps,
                             log_every=2 * ENVS * LENGTH, eval_episodes=0)
     built = build.build(config, environments.create_batch(config))
     loop = learner_lib.ActorLearnerLoop(
         tmp_path, *built, pool=pool, broadcast_every=broadcast_every,
-        max_policy_lag=max_policy_lag, steps=steps, eval_every=steps, eval_episodes=0,
+        max_policy_lag=max_policy_lag, steps=steps, eval_every=steps,
+        eval_episodes=eval_episodes,
         log_every=config.log_every, progress=False)
     return loop, built
 
@@ -207,6 +209,24 @@ def test_learn_traced_ahead_still_writes_the_updates_summaries(tmp_path):
     assert compiled_ahead == []
     assert built.algo._learn_and_log.experimental_get_tracing_count() == 1
     assert len(_scalars(tmp_path / "train", "impala/loss")) == 2  # Logged every 2.
+
+
+@pytest.mark.timeout(120)
+def test_the_learners_step_function_acts_and_records_nothing(tmp_path):
+    """The learner steps its own environments only to evaluate: its step function is
+    traced without the algorithm's `experience` and `end_episodes` (so without the
+    in-process update it never runs), and its eval phase plays the mean action: 2 agents'
+    first episodes, their lengths those of the scores' steps."""
+    config = _config()
+    loop, built = _loop(tmp_path, config, StalePool(config, [0]), 1, broadcast_every=1,
+                        max_policy_lag=None, eval_episodes=2)
+    recorded = []
+    built.algo.experience = lambda *args: recorded.append("experience")
+    built.algo.end_episodes = lambda *args: recorded.append("end_episodes")
+    _, evaluation = loop.run()
+    assert recorded == [] and loop.tracing_count() == 1
+    assert evaluation.name == "eval" and len(evaluation.scores) == 2
+    assert evaluation.scores == [float(length) for length in evaluation.lengths]
 
 
 @pytest.mark.timeout(120)
