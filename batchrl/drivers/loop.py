@@ -43,7 +43,7 @@ class Loop:
       `eval_episodes` episodes are counted (a batch of 128 with `eval_episodes` 8 counts
       agents 0-7 and ends its round when those 8 have finished: which agents count does
       not depend on how long their episodes are, so short episodes are not favoured, and a
-      long game on agent 100 costs nothing); their `mean_score` /
+      long game on agent 100 does not lengthen the round); their `mean_score` /
       `mean_length` go to `LOGDIR/eval` at the current global step, with
       `time/training_seconds`, the wall-clock seconds from the start of this `run` call to
       the end of this evaluation (tracing, updates, evaluations and checkpoints included;
