@@ -155,7 +155,7 @@ def _loop(tmp_path, config, pool, fragments, broadcast_every, max_policy_lag,
     train phase (then evaluates `eval_episodes` episodes), and the learner it updates."""
     steps = fragments * ENVS * LENGTH
     config = configs.Config(config, steps=steps, eval_every=steps,
-                            log_every=2 * ENVS * LENGTH, eval_episodes=0)
+                            log_every=2 * ENVS * LENGTH, eval_episodes=eval_episodes)
     built = build.build(config, environments.create_batch(config))
     loop = learner_lib.ActorLearnerLoop(
         tmp_path, *built, pool=pool, broadcast_every=broadcast_every,
