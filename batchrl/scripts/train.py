@@ -20,7 +20,7 @@ import time
 import warnings
 
 from batchrl import configs
-from batchrl.scripts import compile_cache, quiet
+from batchrl.scripts import compile_cache, quiet, train_actors
 
 # TensorFlow is imported inside functions, so that `--help` and errors in config keys are
 # instant and worker processes that import this package's environment code stay light.
@@ -107,20 +107,35 @@ def check_resume(logdir, config):
 
 def check(config, logdir):
     """Everything `train` checks before it starts: the config's keys and algorithm
-    (`batchrl.build.check`), its environment backend (`environments.check_backend`) and
-    the run already in `logdir` (`check_resume`). The network is checked against the
-    spaces when it is built.
+    (`batchrl.build.check`, which imports TensorFlow) and the checks of
+    `check_before_tensorflow`. The network is checked against the spaces when it is built.
 
     Raises:
       ConfigError: the first mistake found; nothing was written.
     """
     from batchrl import build as build_lib
-    from batchrl import environments
-    from batchrl.distributed import learner
 
     build_lib.check(config)
+    check_before_tensorflow(config, logdir)
+
+
+def check_before_tensorflow(config, logdir):
+    """The checks of `check` that need no TensorFlow (nor import it, but as
+    `batchrl.distributed.checks` says): the environment id (but a `module:attribute`, which
+    `check` imports), the backend (`environments.check_backend`), the actor-learner keys and
+    the run already in `logdir` (`check_resume`); what `main` checks before it starts the
+    actors.
+
+    Raises:
+      ConfigError: the first mistake found; nothing was written.
+    """
+    from batchrl import environments
+    from batchrl.distributed import checks
+
+    if ":" not in config.env:
+        environments.check_env_id(config.env)
     environments.check_backend(config)
-    learner.check(config)
+    checks.check(config)
     check_resume(logdir, config)
 
 
@@ -211,9 +226,9 @@ def make_loop(config, logdir, agent, progress=None, stop=None, started_at=None, 
     `logdir`: its schedule, progress output, stop event and start time (`started_at`,
     epoch seconds, for `Loop.startup_seconds`); with `save_replay: true`, the replay
     memory kept once in `logdir/replay/`, beside the latest checkpoint (the Loop's
-    `replay`). Given the actors' `pool` (`start_actors`), the learner's loop
+    `replay`). Given the actors' `pool` (`train_actors.start_actors`), the learner's loop
     (`batchrl.distributed.learner.ActorLearnerLoop`, with the other `learners` that share
-    the update, `start_learners`; or for an off-policy algorithm
+    the update, `train_actors.start_learners`; or for an off-policy algorithm
     `batchrl.distributed.apex.ApexLoop`, with the replay memory)."""
     from batchrl.drivers.loop import Loop
 
@@ -245,87 +260,24 @@ def start_actor_process():
     start_tensorflow(verbose=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0")
 
 
-def start_learners(config, logdir):
-    """With `learners` above 1: starts learners 1 to M - 1 (`batchrl.distributed.learners`,
-    each with its share of the actors, from the run's latest checkpoint in `logdir` if
-    any) and makes this process learner 0 of their collective cluster; call it before
-    TensorFlow runs anything. Returns `(learners, all_reduce)`: the Ray actors (their
-    `join` done) and this process's `collective.AllReduce` (`IMPALA.share_update`).
+def start_actors_first(config, logdir, verbose=False):
+    """For `main`: starts the actors of `config` (`train_actors.start_actors`) before this
+    process imports TensorFlow, if it has actors and one learner, and
+    `check_before_tensorflow` passes; the actors' processes then import TensorFlow and
+    build while this one does (None otherwise).
+    Sets the TensorFlow log level of `verbose` first (`quiet.set_log_level`), which the
+    actors take.
+
+    With `learners` above 1 the actors start after the learners joined (`_train`).
 
     Raises:
-      ConfigError: Ray cannot be started or reached.
+      ConfigError: as `check_before_tensorflow` and `train_actors.start_actors`.
     """
-    import tensorflow as tf
-
-    from batchrl.distributed import collective
-    from batchrl.distributed import learners as learners_lib
-    from batchrl.environments.ray import connection
-
-    try:
-        ray = connection.connect(config.ray_address)
-    except connection.RayUnavailable as error:
-        raise configs.ConfigError(str(error)) from None
-    others, addresses = learners_lib.start(config, start_actor_process)
-    addresses = [learners_lib.free_address()] + addresses
-    checkpoint = tf.train.latest_checkpoint(logdir)
-    joins = [learner.join.remote(addresses, checkpoint) for learner in others]
-    all_reduce = collective.connect(addresses, 0, timeout=config.worker_timeout)
-    ray.get(joins)
-    return others, all_reduce
-
-
-def start_actors(config):
-    """The Ray actors of a config with `actors` above 0 (`batchrl.distributed.pool`), on a
-    local Ray or the cluster at `ray_address`, with this process's TensorFlow log level
-    and Grappler setting. They build their environments and policies meanwhile
-    (`report_actors` waits for them).
-
-    Raises:
-      ConfigError: Ray cannot be started or reached, or has too few CPUs.
-    """
-    from batchrl.distributed.actor import actor_class
-    from batchrl.distributed.pool import ActorPool
-    from batchrl.environments.ray.connection import RayUnavailable
-    from batchrl.environments.ray.driver import NotEnoughCPUs
-
-    env_vars = {key: os.environ[key] for key in ("TF_CPP_MIN_LOG_LEVEL", "BATCHRL_GRAPPLER")
-                if key in os.environ}
-    try:  # With learners sharing the update, this one's share of the actors.
-        pool = ActorPool(config, config.actors // config.learners, config.actor_cpus,
-                         config.fragments_in_flight,
-                         config.worker_timeout, config.worker_restarts, config.ray_address,
-                         {"env_vars": env_vars}, start_actor_process,
-                         actor_class(config.algorithm))
-    except (RayUnavailable, NotEnoughCPUs) as error:
-        raise configs.ConfigError(str(error)) from None
-    return pool
-
-
-def report_actors(config, pool):
-    """Waits until the actors of `pool` are built and says where they run.
-
-    Raises:
-      batchrl.drivers.loop.EnvironmentFailed: an actor failed to build.
-    """
-    from batchrl.drivers.loop import EnvironmentFailed
-    from batchrl.environments.wrappers import WorkerError
-
-    try:
-        pool.wait_built()
-    except WorkerError as error:
-        raise EnvironmentFailed(f"before the first step: {error}") from error
-    nodes = _count(len(set(pool.nodes)), 'node')
-    where = (f"; {_count(config.learners, 'learner')} sharing the update, this one with "
-             f"{_count(config.actors // config.learners, 'actor')} on {nodes}"
-             if config.learners > 1 else f" on {nodes}")
-    print(f"Actors: {_count(config.actors, 'Ray actor')} of {config.envs_per_actor} "
-          f"environments each ({config.actors * config.envs_per_actor} in all){where}.",
-          flush=True)
-
-
-def _count(number, noun):
-    """`number` and `noun`, plural unless it is one: "1 actor", "2 actors"."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    if not config.actors or config.learners > 1:
+        return None
+    check_before_tensorflow(config, logdir)
+    quiet.set_log_level(verbose)
+    return train_actors.start_actors(config, start_actor_process)
 
 
 def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=None,
@@ -365,8 +317,9 @@ def train(config, logdir, progress=None, on_phase=None, stop=None, started_at=No
     return _train(config, logdir, progress, on_phase, stop, started_at, filter_logs)
 
 
-def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
-    """`train` of a config that `check` passed."""
+def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs, pool=None):
+    """`train` of a config that `check` passed, with the actors' `pool` if started already
+    (`start_actors_first`; it is closed on return)."""
     import tensorflow as tf
 
     from batchrl import build as build_lib
@@ -375,7 +328,8 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
 
     configure_tensorflow(config)
     # Learners that share the update join their cluster before TensorFlow runs anything.
-    shared = start_learners(config, logdir) if config.actors and config.learners > 1 else None
+    shared = (train_actors.start_learners(config, logdir, start_actor_process)
+              if config.actors and config.learners > 1 else None)
     try:
         batch_env = environments.create_batch(config)
     except configs.ConfigError:  # E.g. an unreachable ray_address.
@@ -389,10 +343,11 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
         print(f"Environments: {len(nodes)} Ray actors on {len(set(nodes))} node(s).",
               flush=True)
     eager = tf.config.functions_run_eagerly()
-    pool, learners = None, ()
+    learners = ()
     try:
-        if config.actors:  # They build while this process builds and traces the learner.
-            pool = start_actors(config)
+        if config.actors and pool is None:
+            # They build while this process builds the learner and traces its functions.
+            pool = train_actors.start_actors(config, start_actor_process)
         agent = build_lib.build(config, batch_env)  # Checks the network against the spaces.
         if shared is not None:
             learners, all_reduce = shared
@@ -410,7 +365,7 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
         def ready():
             if pool is not None:
                 loop.trace_learn(config.envs_per_actor)  # While the actors start.
-                report_actors(config, pool)
+                train_actors.report_actors(config, pool)
             if not config.eager:
                 _print_ready(loop)
 
@@ -430,23 +385,9 @@ def _train(config, logdir, progress, on_phase, stop, started_at, filter_logs):
     finally:
         if pool is not None:
             pool.close()
-        _close_learners(shared)
+        train_actors.close_learners(shared)
         batch_env.close()
         tf.config.run_functions_eagerly(eager)
-
-
-def _close_learners(shared):
-    """Closes the other learners' pools and ends their processes."""
-    if shared is None:
-        return
-    import ray
-
-    for learner in shared[0]:
-        try:
-            ray.get(learner.close.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - a learner that died or hangs: killed below.
-            pass
-        ray.kill(learner)
 
 
 def _print_replay(loop, memory):
@@ -511,14 +452,19 @@ def main(argv=None):
     code, the start-up it reports is counted from this call, not from the process's start."""
     started_at = process_start_time() if argv is None else time.time()
     args = _parser().parse_args(argv)
+    pool = None
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
+        pool = start_actors_first(config, args.logdir, args.verbose)
         start_tensorflow(args.verbose, xla_cache=True)
         check(config, args.logdir)
     except configs.ConfigError as error:
+        if pool is not None:
+            pool.close()
         print(f"error: {error}", file=sys.stderr)
         return 2
-    agents = (f"{_count(config.actors, 'actor')} of {config.envs_per_actor} agents, "
+    actors = train_actors.count(config.actors, "actor")
+    agents = (f"{actors} of {config.envs_per_actor} agents, "
               f"{config.num_agents} agents to evaluate" if config.actors else
               f"{config.num_agents} agents")
     print(f"Training {config.env} with {config.algorithm} (config {args.config!r}) into "
@@ -538,7 +484,7 @@ def main(argv=None):
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         loop, results = _train(config, args.logdir, args.progress, None, stop, started_at,
-                               filter_logs=not args.verbose)
+                               filter_logs=not args.verbose, pool=pool)
     except Interrupted:
         return 128 + (received[0] if received else signal.SIGINT)
     except configs.ConfigError as error:  # E.g. a network that does not fit the spaces.
@@ -558,6 +504,8 @@ def main(argv=None):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if pool is not None:  # Closed already unless `_train` was not reached.
+            pool.close()
     evals = [result for result in results if result.name == "eval"]
     trains = [result for result in results if result.name == "train"]
     if trains:

@@ -409,6 +409,34 @@ def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
     assert "inter_op_threads: 0 not applied, TensorFlow already runs" in result.stderr
 
 
+def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
+    """`main` of an actor config starts the actors (here a stand-in pool) while TensorFlow
+    is not imported yet, and closes them when a check that needs TensorFlow then fails; a
+    mistake found without TensorFlow starts no actors. Nothing is written either way."""
+    script = (
+        "import sys\n"
+        "from batchrl.scripts import train\n"
+        "events = []\n"
+        "class Pool:\n"
+        "    def close(self):\n"
+        "        events.append('closed')\n"
+        "def start_actors(config, setup):\n"
+        "    events.append('tensorflow' in sys.modules)\n"
+        "    return Pool()\n"
+        "train.train_actors.start_actors = start_actors\n"
+        "for mistake in ('rollout_length=null', 'network=lstm'):\n"
+        "    code = train.main(['--config=cartpole_impala', '--logdir=' + sys.argv[1],\n"
+        "                       '--set', mistake])\n"
+        "    print(mistake, code, events)\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "rollout_length=null 2 []", "network=lstm 2 [False, 'closed']"]
+    assert "needs rollout_length" in result.stderr and "unknown network 'lstm'" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("value, off", [
     (None, False), ("on", False), ("1", False), ("off", True), ("OFF", True), ("0", True),
     (" false ", True)])
