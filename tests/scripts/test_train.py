@@ -162,6 +162,10 @@ def test_environment_given_as_module_and_class(tmp_path, capsys, monkeypatch):
     (["--set", "env_processes=false"], "config key 'env_processes' in --set is replaced by "
                                        "env_backend: write env_backend: local (for false) or "
                                        "env_backend: processes (for true)"),
+    (["--set", "env_backend=envpool", "--set", "env_kwargs={bogus_option: 1}"],
+     "has no option 'bogus_option'"),
+    (["--set", "env_backend=envpool", "--set", "env_kwargs={num_threads: -3}"],
+     "num_threads (option) must be an int >= 1"),
     (["--set", "env=envpool:Pendulum-v1", "--set", "env_backend=ray"],
      "config keys 'env' (envpool:Pendulum-v1) and 'env_backend' (ray) contradict each other "
      "in --set: write env: Pendulum-v1 and choose the backend with env_backend alone"),
@@ -410,11 +414,13 @@ def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
 
 
 def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
-    """`main` of an actor config starts the actors (here a stand-in pool) while TensorFlow
-    is not imported yet, and closes them when a check that needs TensorFlow then fails; a
-    mistake found without TensorFlow starts no actors. Nothing is written either way."""
+    """`main` of an actor config starts the actors (a stand-in pool) while TensorFlow is
+    not imported, then starts TensorFlow, and closes the actors when a check after that
+    fails (a stand-in `check`, so that this process needs no TensorFlow); a mistake found
+    without TensorFlow starts neither. Nothing is written either way."""
     script = (
         "import sys\n"
+        "from batchrl import configs\n"
         "from batchrl.scripts import train\n"
         "events = []\n"
         "class Pool:\n"
@@ -423,17 +429,22 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
         "def start_actors(config, setup):\n"
         "    events.append('tensorflow' in sys.modules)\n"
         "    return Pool()\n"
+        "def check(config, logdir):\n"
+        "    raise configs.ConfigError('refused after TensorFlow')\n"
         "train.train_actors.start_actors = start_actors\n"
-        "for mistake in ('rollout_length=null', 'network=lstm'):\n"
+        "train.start_tensorflow = lambda *args, **kwargs: events.append('tensorflow')\n"
+        "train.check = check\n"
+        "for sets in (['rollout_length=null'], []):\n"
         "    code = train.main(['--config=cartpole_impala', '--logdir=' + sys.argv[1],\n"
-        "                       '--set', mistake])\n"
-        "    print(mistake, code, events)\n")
+        "                       *(f'--set={value}' for value in sets)])\n"
+        "    print(code, events)\n"
+        "assert 'tensorflow' not in sys.modules\n")
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
-        "rollout_length=null 2 []", "network=lstm 2 [False, 'closed']"]
-    assert "needs rollout_length" in result.stderr and "unknown network 'lstm'" in result.stderr
+    assert result.stdout.splitlines() == ["2 []", "2 [False, 'tensorflow', 'closed']"]
+    assert "needs rollout_length" in result.stderr
+    assert "refused after TensorFlow" in result.stderr
     assert not (tmp_path / "run").exists()
 
 
