@@ -56,7 +56,7 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
                       "masked_choice": 14.0, "image_and_cue": 18.0, "pong": 0.0,
                       "pendulum_appo": -200.0, "cartpole_impala": 500.0, "pong_appo": 18.0,
                       "cartpole_apex": 500.0, "cartpole_dqn_actor": 500.0,
-                      "minatar_breakout_apex": 25.8,
+                      "minatar_breakout_apex": 28.0,
                       "pong_apex": 0.0, "cue_recall_appo": 0.9, "cartpole_pqn": 500.0,
                       "minatar_breakout_pqn": 28.0, "minatar_breakout_native_pqn": 28.0,
                       "minatar_space_invaders_pqn": 131.0, "pong_pqn": 18.0}
@@ -105,11 +105,11 @@ TARGETS = {
     # Issue 44: pong_appo >= 18 within 1.5 hours here (RLlib's release test: 18 within 5M
     # steps and 30 minutes, on 32 CPUs and a GPU).
     "pong_appo": dict(median_seconds=5400),
-    # Issue 45 (Ape-X): minatar_breakout_dqn's best, 25.8, within 0.65 hours (half the 1.3 h
-    # that config took); cartpole_apex's final eval >= 475, as cartpole_dqn's, and
+    # Issue 45 (Ape-X): cartpole_apex's final eval >= 475, as cartpole_dqn's, and
     # cartpole_dqn_actor's (cartpole_dqn on an actor without lag); pong_apex >= 0 within 2
-    # hours.
-    "minatar_breakout_apex": dict(median_seconds=2340),
+    # hours. Issue 61: minatar_breakout_apex 28 within 600 s (issue 45 asked 25.8, DQN's
+    # best, within 2,340 s), where minatar_breakout (PPO) needed 362.
+    "minatar_breakout_apex": dict(median_seconds=600),
     "cartpole_apex": dict(final_return=475),
     "cartpole_dqn_actor": dict(final_return=475),
     "pong_apex": dict(median_seconds=7200),
