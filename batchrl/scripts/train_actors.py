@@ -12,8 +12,9 @@ def start_learners(config, logdir, setup):
     each with its share of the actors, from the run's latest checkpoint in `logdir` if
     any) and makes this process learner 0 of their collective cluster; call it before
     TensorFlow runs anything. `setup` is what each learner process, and each actor of
-    theirs, calls first (picklable, e.g. `train.start_actor_process`). Returns `(learners, all_reduce)`: the Ray actors (their
-    `join` done) and this process's `collective.AllReduce` (`IMPALA.share_update`).
+    theirs, calls first (picklable, e.g. `train.start_actor_process`). Returns
+    `(learners, all_reduce)`: the Ray actors (their `join` done) and this process's
+    `collective.AllReduce` (`IMPALA.share_update`).
 
     Raises:
       ConfigError: Ray cannot be started or reached.
