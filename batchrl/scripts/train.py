@@ -120,7 +120,7 @@ def check(config, logdir):
 
 
 def check_before_tensorflow(config, logdir):
-    """The checks of `check` that need no TensorFlow (nor import it, but as
+    """The checks of `check` that need no TensorFlow (and do not import it, but where
     `batchrl.distributed.checks` says): the environment id (but a `module:attribute`, which
     `check` imports), the backend (`environments.check_backend`), the actor-learner keys and
     the run already in `logdir` (`check_resume`); what `main` checks before it starts the
@@ -264,9 +264,8 @@ def start_actors_first(config, logdir, verbose=False):
     """For `main`: starts the actors of `config` (`train_actors.start_actors`) before this
     process imports TensorFlow, if it has actors and one learner, and
     `check_before_tensorflow` passes; the actors' processes then import TensorFlow and
-    build while this one does (None otherwise).
-    Sets the TensorFlow log level of `verbose` first (`quiet.set_log_level`), which the
-    actors take.
+    build while this one does (None otherwise). Sets the TensorFlow log level of `verbose`
+    first (`quiet.set_log_level`), which the actors take.
 
     With `learners` above 1 the actors start after the learners joined (`_train`).
 
