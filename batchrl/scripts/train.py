@@ -262,17 +262,21 @@ def start_actor_process():
 
 def start_actors_first(config, logdir, verbose=False):
     """For `main`: starts the actors of `config` (`train_actors.start_actors`) before this
-    process imports TensorFlow, if it has actors and one learner, and
-    `check_before_tensorflow` passes; the actors' processes then import TensorFlow and
-    build while this one does (None otherwise). Sets the TensorFlow log level of `verbose`
-    first (`quiet.set_log_level`), which the actors take.
+    process imports TensorFlow, if it has actors, one learner and an algorithm of the
+    registry, and `check_before_tensorflow` passes; the actors' processes then import
+    TensorFlow and build while this one does (None otherwise). Sets the TensorFlow log
+    level of `verbose` first (`quiet.set_log_level`), which the actors take.
 
-    With `learners` above 1 the actors start after the learners joined (`_train`).
+    With `learners` above 1 the actors start after the learners joined (`_train`), and for
+    a `module:NAME` algorithm after TensorFlow: its checks import its module, which may
+    import TensorFlow, and `start_tensorflow` must be the first to.
 
     Raises:
       ConfigError: as `check_before_tensorflow` and `train_actors.start_actors`.
     """
-    if not config.actors or config.learners > 1:
+    from batchrl.algorithms import registry
+
+    if not config.actors or config.learners > 1 or registry.entry(config.algorithm) is None:
         return None
     check_before_tensorflow(config, logdir)
     quiet.set_log_level(verbose)
