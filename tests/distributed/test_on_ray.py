@@ -166,7 +166,11 @@ def _interrupt_at_first_step(command, actors, expected):
     return output
 
 
-def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster, tmp_path):
+def test_ctrl_c_saves_the_policy_version_and_stops_the_actors_on_both_nodes(ray_cluster,
+                                                                             tmp_path):
+    """IMPALA's two actors spread over the two nodes; Ctrl-C at the first `step` line saves
+    a checkpoint with the policy version and leaves no actor. (The same command resumes a
+    run with actors: the Ape-X test below, with its replay memory.)"""
     logdir = tmp_path / "run"
     command = [sys.executable, "-m", "batchrl.scripts.train", "--config=cartpole_impala",
                f"--logdir={logdir}", "--no-progress", "--set", "actors=2", "--set",
@@ -176,14 +180,7 @@ def test_ctrl_c_saves_stops_the_actors_and_the_same_command_resumes(ray_cluster,
     output = _interrupt_at_first_step(command, _actor_processes, 2)
     assert "Stopped at step" in output
     assert "Actors: 2 Ray actors of 4 environments each (8 in all) on 2 nodes." in output
-    stopped = _version(logdir)
-    assert stopped > 0
-
-    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "Resuming" in resumed.stdout and "step      3,0" in resumed.stdout
-    assert _version(logdir) > stopped
-    assert not _actor_processes()
+    assert _version(logdir) > 0
     assert os.path.exists(logdir / "train")
 
 
@@ -218,7 +215,8 @@ def test_ape_x_replaces_a_killed_actor_and_keeps_its_replay_through_ctrl_c_and_r
     assert (tmp_path / "once").exists(), "the fault happened"
     assert _scalars(logdir / "train", "actors/restarts")[-1] == 1, output
     stopped = int(output.split("Stopped at step ")[1].split(";")[0].replace(",", ""))
-    assert _version(logdir) > 0
+    version = _version(logdir)
+    assert version > 0
 
     resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -226,4 +224,5 @@ def test_ape_x_replaces_a_killed_actor_and_keeps_its_replay_through_ctrl_c_and_r
     assert size == stopped, resumed.stdout
     assert "step        600" in resumed.stdout, resumed.stdout
     assert _scalars(logdir / "train", "apex/replay_fill")[-1] > 0
+    assert _version(logdir) > version  # The resumed learner published again.
     assert not actors()

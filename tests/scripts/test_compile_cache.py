@@ -11,8 +11,9 @@ import time
 import pytest
 
 from batchrl.scripts import compile_cache
+from tests.scripts.test_quiet_start import TF_LOG as START_LOG
 
-# TensorFlow's C++ log lines (absl format), as tests/scripts/test_quiet_start.py defines them.
+# TensorFlow's C++ log lines (absl format); START_LOG also matches its other start-up lines.
 TF_LOG = re.compile(r"^[IWEF]\d{4} ", re.MULTILINE)
 
 
@@ -138,9 +139,14 @@ def _train(logdir, cache, *flags):
 
 
 def test_a_second_run_loads_the_compiled_program_quietly_and_trains_the_same(tmp_path):
+    """Also the commands' quiet start (`batchrl.scripts.quiet`): a user's first run prints
+    no TensorFlow log line, its first line is its own; `--verbose` shows them."""
     cache = tmp_path / "cache"
     first = _train(tmp_path / "first", cache)
     assert first.returncode == 0, first.stderr
+    lines = [line for line in (first.stdout + first.stderr).splitlines() if line.strip()]
+    assert [line for line in lines if START_LOG.search(line)] == [], lines
+    assert first.stdout.startswith("Training batchrl.native_tasks:CartPole"), first.stdout
     entries = list(cache.glob(f"{compile_cache.prefix()}__*.pb"))
     assert len(entries) == 1, sorted(cache.iterdir())
     written = entries[0].stat()
@@ -161,6 +167,8 @@ def test_a_second_run_loads_the_compiled_program_quietly_and_trains_the_same(tmp
     # entry was compiled with, and then it must match its pattern.
     verbose = _train(tmp_path / "verbose", cache, "--verbose")
     assert verbose.returncode == 0, verbose.stderr
+    if os.uname().machine == "x86_64":  # TF 2.21 prints its oneDNN line at import there.
+        assert START_LOG.search(verbose.stderr), verbose.stderr[-3000:]
     parse, loader = compile_cache.HIT_LOG_LINES
     assert re.search(parse, verbose.stderr), (parse, verbose.stderr[-3000:])
     if "Target machine feature" in verbose.stderr:
