@@ -105,10 +105,11 @@ def check_resume(logdir, config):
                 f"same config or use a new --logdir")
 
 
-def check(config, logdir):
+def check(config, logdir, checked_before_tensorflow=False):
     """Everything `train` checks before it starts: the config's keys and algorithm
     (`batchrl.build.check`, which imports TensorFlow) and the checks of
-    `check_before_tensorflow`. The network is checked against the spaces when it is built.
+    `check_before_tensorflow` (unless `checked_before_tensorflow`: they passed already).
+    The network is checked against the spaces when it is built.
 
     Raises:
       ConfigError: the first mistake found; nothing was written.
@@ -116,7 +117,8 @@ def check(config, logdir):
     from batchrl import build as build_lib
 
     build_lib.check(config)
-    check_before_tensorflow(config, logdir)
+    if not checked_before_tensorflow:
+        check_before_tensorflow(config, logdir)
 
 
 def check_before_tensorflow(config, logdir):
@@ -460,7 +462,8 @@ def main(argv=None):
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
         pool = start_actors_first(config, args.logdir, args.verbose)
         start_tensorflow(args.verbose, xla_cache=True)
-        check(config, args.logdir)
+        # Actors started: `check_before_tensorflow` passed before them.
+        check(config, args.logdir, checked_before_tensorflow=pool is not None)
     except configs.ConfigError as error:
         if pool is not None:
             pool.close()

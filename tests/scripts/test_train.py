@@ -439,9 +439,10 @@ def test_training_sets_threads_and_grappler_passes_before_tensorflow_runs():
 def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
     """`main` of an actor config starts the actors (a stand-in pool) while TensorFlow is
     not imported, then starts TensorFlow, and closes the actors when a check after that
-    fails (a stand-in `check`, so that this process needs no TensorFlow); a mistake found
-    without TensorFlow starts neither. A `module:NAME` algorithm, whose module may import
-    TensorFlow, starts TensorFlow first. Nothing is written either way."""
+    fails (a stand-in `check`, so that this process needs no TensorFlow; told not to
+    repeat the checks made before the actors); a mistake found without TensorFlow starts
+    neither. A `module:NAME` algorithm, whose module may import TensorFlow, starts
+    TensorFlow first. Nothing is written either way."""
     script = (
         "import sys\n"
         "from batchrl import configs\n"
@@ -453,7 +454,8 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
         "def start_actors(config, setup):\n"
         "    events.append('tensorflow' in sys.modules)\n"
         "    return Pool()\n"
-        "def check(config, logdir):\n"
+        "def check(config, logdir, checked_before_tensorflow):\n"
+        "    events.append(f'checked early: {checked_before_tensorflow}')\n"
         "    raise configs.ConfigError('refused after TensorFlow')\n"
         "train.train_actors.start_actors = start_actors\n"
         "train.start_tensorflow = lambda *args, **kwargs: events.append('tensorflow')\n"
@@ -466,9 +468,11 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    # The checks that passed before the actors started do not run again.
+    early = ["False", "'tensorflow'", "'checked early: True'", "'closed'"]
     assert result.stdout.splitlines() == [
-        "2 [] False", "2 [False, 'tensorflow', 'closed'] False",
-        "2 [False, 'tensorflow', 'closed', 'tensorflow'] False"]
+        "2 [] False", f"2 [{', '.join(early)}] False",
+        f"2 [{', '.join(early)}, 'tensorflow', 'checked early: False'] False"]
     assert "needs rollout_length" in result.stderr
     assert "refused after TensorFlow" in result.stderr
     assert not (tmp_path / "run").exists()
