@@ -21,16 +21,27 @@ compile_cache.enable()
 # BATCHRL_GRAPPLER=on runs the suite with Grappler.
 os.environ.setdefault("BATCHRL_GRAPPLER", "off")
 
-import tensorflow as tf  # noqa: E402 - after the XLA flags above.
 
-if train.grappler_off():
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-# One thread per op in this process: the two pytest-xdist workers (and the commands they
-# start) share two cores, and the tests' small ops gain nothing from a second thread.
-# Interleaved A/B, test_ppo + test_agent + test_off_policy + test_replay under -n 2, four
-# rounds against TensorFlow's default: wall time 0.92, 0.94, 0.92, 0.99; CPU 0.94-0.98.
-# The training commands the tests start keep TensorFlow's default.
-tf.config.threading.set_intra_op_parallelism_threads(1)
+def _configure_tensorflow():
+    """Imports TensorFlow (after the XLA flags above) and sets it up for the tests."""
+    import tensorflow as tf
+
+    if train.grappler_off():
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    # One thread per op in this process: the two pytest-xdist workers (and the commands
+    # they start) share two cores, and the tests' small ops gain nothing from a second
+    # thread. Interleaved A/B, test_ppo + test_agent + test_off_policy + test_replay under
+    # -n 2, four rounds against TensorFlow's default: wall time 0.92, 0.94, 0.92, 0.99; CPU
+    # 0.94-0.98. The training commands the tests start keep TensorFlow's default.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+def _is_xdist_controller(config):
+    """Whether this process only hands tests to pytest-xdist's workers (`pytest -n 2`): it
+    runs none, so it needs no TensorFlow (~5 s of `import tensorflow` before the workers
+    start)."""
+    return bool(getattr(config.option, "numprocesses", None)) and (
+        "PYTEST_XDIST_WORKER" not in os.environ)
 
 
 # Modules that start Ray clusters: run one after the other on the same worker under
@@ -90,6 +101,8 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
+    if not _is_xdist_controller(config):
+        _configure_tensorflow()
     # Many training runs share this process's TensorFlow, whose inter-op threads are fixed
     # once it runs: the warning that a run's setting is not applied is expected here.
     config.addinivalue_line(
