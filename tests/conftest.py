@@ -70,18 +70,20 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleScheduling(config, log)
 
 
-# The longest modules (seconds of `pytest --durations=0 -n 2`, 2026-11-28), started first:
-# a long module that starts last keeps one worker busy while the other idles (37 s of the
-# 724 s run). The others follow in collection order.
+# The longest modules (seconds of `pytest --durations=0 -n 2` from a fresh clone,
+# 2026-12-03: the Ray modules, one unit, ~170 s; then 86 s down to 18 s), started first: a
+# long module that starts last keeps one worker busy while the other idles. The others
+# follow in collection order.
 _LONGEST_FIRST = (
-    "scripts/test_train.py", "environments/test_ray_env.py",
-    "environments/test_batch_env_contract.py", "benchmarks/test_fault_injection.py",
-    "scripts/test_compile_cache.py", "algorithms/test_ppo.py",
-    "benchmarks/test_throughput_benchmark.py", "scripts/test_eager.py", "test_agent.py",
-    "scripts/test_tune.py", "algorithms/test_off_policy_learning.py",
-    "scripts/test_nested_commands.py", "examples/test_dqn_example.py",
-    "algorithms/test_ppo_data_flow.py", "algorithms/test_off_policy.py",
-    "algorithms/test_learning.py", "scripts/test_off_policy_train.py")
+    "distributed/test_on_ray.py", "scripts/test_train.py", "distributed/test_fragment.py",
+    "algorithms/test_ppo.py", "scripts/test_compile_cache.py", "test_agent.py",
+    "distributed/test_apex.py", "benchmarks/test_throughput_benchmark.py",
+    "algorithms/test_learning.py", "algorithms/test_off_policy.py", "scripts/test_tune.py",
+    "algorithms/test_actor.py", "scripts/test_eager.py", "drivers/test_loop.py",
+    "algorithms/test_off_policy_learning.py", "examples/test_dqn_example.py",
+    "algorithms/test_ppo_data_flow.py", "distributed/test_collective.py",
+    "scripts/test_nested_commands.py", "test_export_conversion.py",
+    "benchmarks/test_fault_injection.py")
 
 
 def pytest_collection_modifyitems(items):
