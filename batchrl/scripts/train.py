@@ -57,9 +57,11 @@ def start_tensorflow(verbose=False, xla_cache=False):
 
 
 # Keras imports matplotlib.pyplot, when installed, as it is imported (for its image gallery
-# plots), and TensorFlow imports Keras: a sixth of `import tensorflow` (docs/throughput.md).
-# The commands never plot through Keras, so it is hidden while TensorFlow is imported.
-_NOT_FOR_TRAINING = ("matplotlib", "matplotlib.pyplot")
+# plots), and pandas (for `fit` on data frames; MinAtar installs it), and TensorFlow imports
+# Keras: about a sixth and a tenth of `import tensorflow` (docs/throughput.md). The
+# commands neither plot through Keras nor fit it on data frames, so both are hidden while
+# TensorFlow is imported.
+_NOT_FOR_TRAINING = ("matplotlib", "matplotlib.pyplot", "pandas")
 
 
 @contextlib.contextmanager

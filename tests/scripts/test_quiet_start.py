@@ -57,20 +57,21 @@ def _python(code):
 
 def test_quiet_start_then_stderr_reaches_the_user_and_matplotlib_imports():
     # After the start, fd 2 is the user's again: Python warnings and C-level writes show.
-    # Keras would import matplotlib.pyplot while TensorFlow is imported; the commands hide
-    # it then, and a later import of it still works.
+    # Keras would import matplotlib.pyplot and pandas while TensorFlow is imported; the
+    # commands hide them then, and a later import of either still works.
     code = ("import os, sys, warnings; from batchrl.scripts import train; "
             "train.start_tensorflow(); warnings.warn('batchrl says'); "
             "os.write(2, b'c level line\\n'); "
-            "import keras; print('matplotlib' in sys.modules); "
-            "import matplotlib.pyplot; print(matplotlib.pyplot.__name__)")
+            "import keras; print('matplotlib' in sys.modules, 'pandas' in sys.modules); "
+            "import matplotlib.pyplot, pandas; print(matplotlib.pyplot.__name__, "
+            "pandas.__name__)")
     result = _python(code)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert "UserWarning: batchrl says" in lines[0], result.stderr
     assert "c level line" in lines, result.stderr
     assert [line for line in lines if TF_LOG.search(line)] == [], result.stderr
-    assert result.stdout.split() == ["False", "matplotlib.pyplot"]
+    assert result.stdout.split() == ["False", "False", "matplotlib.pyplot", "pandas"]
 
 
 def test_hidden_stderr_hides_fd_2_only_inside_the_block(capfd):
