@@ -164,7 +164,8 @@ def test_a_second_run_loads_the_compiled_program_quietly_and_trains_the_same(tmp
     # patterns of HIT_LOG_LINES still match what this TensorFlow prints. The parse error
     # comes on every machine (TensorFlow tries the entry as text first); the AOT loader's
     # line only on a CPU that lacks a feature the entry was compiled with, and then it must
-    # match its pattern.
+    # match its pattern (on a hit, the quiet second run above shows no line that the
+    # filter missed).
     entries[0].write_bytes(entries[0].read_bytes()[:100_000])
     damaged = _train(tmp_path / "damaged", cache, "--verbose")
     assert damaged.returncode == 1, damaged.stderr
