@@ -55,7 +55,7 @@ def _python(code):
                           timeout=120, env=_user_environment())
 
 
-def test_quiet_start_then_stderr_reaches_the_user_and_matplotlib_imports():
+def test_quiet_start_then_stderr_reaches_the_user_and_matplotlib_and_pandas_import():
     # After the start, fd 2 is the user's again: Python warnings and C-level writes show.
     # Keras would import matplotlib.pyplot and pandas while TensorFlow is imported; the
     # commands hide them then, and a later import of either still works.
