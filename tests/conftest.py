@@ -22,12 +22,34 @@ compile_cache.enable()
 os.environ.setdefault("BATCHRL_GRAPPLER", "off")
 
 
+def _op_tracebacks_off():
+    """Stops TensorFlow from recording, for each graph op it builds, the Python stack that
+    built it (`tf_stack.extract_stack`, which walks every frame: deep under pytest and
+    `tf.function`'s tracing). The record only serves TensorFlow's runtime error messages
+    ("defined at ..."); the graphs and their results are the same. Tracing is most of the
+    suite's time: test_ppo.py + test_loop.py took 0.76 of the time without it (two
+    interleaved pairs, 78.5/59.7 s and 72.9/55.2 s). BATCHRL_OP_TRACEBACKS=on keeps them,
+    for a failing test whose graph error needs them. TensorFlow's `_create_c_op` takes
+    `extract_traceback` (default True) and no caller passes it: its default is set."""
+    if os.environ.get("BATCHRL_OP_TRACEBACKS", "off").strip().lower() in ("on", "1", "true"):
+        return
+    from tensorflow.python.framework import ops
+
+    create = ops._create_c_op.__wrapped__  # Under TensorFlow's traceback filter.
+    names = create.__code__.co_varnames[:create.__code__.co_argcount]
+    if names[-1] != "extract_traceback" or create.__defaults__[-1] is not True:
+        raise RuntimeError("TensorFlow's _create_c_op changed: tests/conftest.py's "
+                           "_op_tracebacks_off needs a look")
+    create.__defaults__ = (*create.__defaults__[:-1], False)
+
+
 def _configure_tensorflow():
     """Imports TensorFlow (after the XLA flags above) and sets it up for the tests."""
     import tensorflow as tf
 
     if train.grappler_off():
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    _op_tracebacks_off()
     # One thread per op in this process: the two pytest-xdist workers (and the commands
     # they start) share two cores, and the tests' small ops gain nothing from a second
     # thread. Interleaved A/B, test_ppo + test_agent + test_off_policy + test_replay under
