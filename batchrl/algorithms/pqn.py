@@ -26,6 +26,7 @@ from batchrl.algorithms import parts
 from batchrl.algorithms.actor import OnPolicyActor
 from batchrl.algorithms.on_policy import OnPolicyAlgorithm
 from batchrl.errors import ConfigError
+from batchrl.networks.built_by_call import BuiltByCall
 from batchrl.networks.constructors import Networks
 
 # A forbidden action's Q value (the action mask's, and for a MultiDiscrete choice the
@@ -96,7 +97,7 @@ class EpsilonGreedy:
         return tf.argmax(self.q, -1, output_type=tf.int32)
 
 
-class MaxQ(keras.layers.Layer):
+class MaxQ(BuiltByCall, keras.layers.Layer):
     """V(s) = max_a Q(s, a) of a feed-forward Q network (`[batch, time, ...]` observations
     to float32 `[batch, time]`); for a `MultiDiscrete` space the mean over its choices of
     each choice's maximum (Tavakoli, Pardo, Kormushev, "Action Branching Architectures for

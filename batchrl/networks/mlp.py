@@ -7,6 +7,7 @@ import math
 import keras
 import tensorflow as tf
 
+from batchrl.networks.built_by_call import BuiltByCall
 from batchrl.networks.spec import check_layers
 
 
@@ -21,7 +22,7 @@ def dense_layers(units, activation="relu", orthogonal=False):
          "initializer": initializer} for size in units]) if len(units) else []
 
 
-class MLP(keras.layers.Layer):
+class MLP(BuiltByCall, keras.layers.Layer):
     """Dense layers on the flattened observation: `[*batch, *shape] -> float32 [*batch, n]`,
     `batch` the first `batch_dims` axes (the rest are flattened), `n` the last layer's units
     (the flattened size without layers).

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from batchrl.networks.built_by_call import BuiltByCall
 from batchrl.networks.mlp import MLP, dense_layers
 from batchrl.networks.recurrence import unroll
 
@@ -44,7 +45,7 @@ def _mlp(units, activation, orthogonal, name):
     return MLP(dense_layers(units, activation, orthogonal), batch_dims=2, name=name)
 
 
-class _GaussianHead(keras.layers.Layer):
+class _GaussianHead(BuiltByCall, keras.layers.Layer):
     """`mean = tanh(W h + b)` and a learned, observation-independent log standard deviation.
 
     The mean layer is initialized small (`init_mean_factor`) so that the initial mean is
@@ -65,7 +66,7 @@ class _GaussianHead(keras.layers.Layer):
         return {"mean": mean, "logstd": tf.broadcast_to(self._logstd, tf.shape(mean))}
 
 
-class GaussianPolicy(keras.Model):
+class GaussianPolicy(BuiltByCall, keras.Model):
     """Feed-forward Gaussian policy of Hafner et al. (arXiv:1709.02878, section 4).
 
     `mean = tanh(W h(observ) + b)` with a ReLU MLP `h`, and a learned log standard deviation
@@ -96,7 +97,7 @@ class GaussianPolicy(keras.Model):
         return self._head(hidden), state
 
 
-class RecurrentGaussianPolicy(keras.Model):
+class RecurrentGaussianPolicy(BuiltByCall, keras.Model):
     """Gaussian policy with a GRU between the observation encoder and the head.
 
     `h_t = GRU(encoder(observ_t), h_{t-1})` with a ReLU MLP encoder (`units[:-1]`) and a
@@ -131,7 +132,7 @@ class RecurrentGaussianPolicy(keras.Model):
         return self._head(outputs), state
 
 
-class CategoricalPolicy(keras.Model):
+class CategoricalPolicy(BuiltByCall, keras.Model):
     """Feed-forward policy over `n` discrete actions: logits from a ReLU MLP.
 
     The logits layer is initialized small (`init_mean_factor`), so the initial policy is
@@ -171,7 +172,7 @@ class CategoricalPolicy(keras.Model):
         return {"logits": logits}, state
 
 
-class _CategoricalHead(keras.layers.Layer):
+class _CategoricalHead(BuiltByCall, keras.layers.Layer):
     """Logits of `k` choices among `nvec[i]` actions each, `[batch, time, k, max(nvec)]`;
     the logits of actions a choice lacks are -1e9 (probability 0). Initialized small
     (`init_mean_factor`), so the initial policy is close to uniform."""
@@ -203,7 +204,7 @@ class _CategoricalHead(keras.layers.Layer):
         return {"logits": logits}
 
 
-class _BernoulliHead(keras.layers.Layer):
+class _BernoulliHead(BuiltByCall, keras.layers.Layer):
     """Logits of `size` independent bits, `[batch, time, size]`, initialized small."""
 
     def __init__(self, size, init_mean_factor, name="bernoulli"):
@@ -216,7 +217,7 @@ class _BernoulliHead(keras.layers.Layer):
         return {"logits": self._logits(hidden)}
 
 
-class CompositePolicy(keras.Model):
+class CompositePolicy(BuiltByCall, keras.Model):
     """Feed-forward policy with one head per leaf of a nested action space, on one MLP.
 
     A `Box` leaf gets a Gaussian head as in `GaussianPolicy` (tanh mean, learned
@@ -270,7 +271,7 @@ class CompositePolicy(keras.Model):
         return params, state
 
 
-class ValueNetwork(keras.Model):
+class ValueNetwork(BuiltByCall, keras.Model):
     """State-value function: an MLP (`batchrl.networks.mlp.MLP`) with a linear output,
     `[batch, time]`; with `orthogonal`, the output layer is initialized orthogonally with
     gain 1. `hidden` replaces the MLP as in `GaussianPolicy`."""

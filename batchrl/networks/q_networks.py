@@ -9,6 +9,7 @@ action_size]` in [-1, 1] (the wrappers map a bounded `Box` onto it).
 import keras
 import tensorflow as tf
 
+from batchrl.networks.built_by_call import BuiltByCall
 from batchrl.networks.mlp import MLP, dense_layers
 
 # Bounds of the actor's log standard deviation (those of Haarnoja et al.'s reference code):
@@ -48,7 +49,7 @@ class _StackedDense(keras.layers.Layer):
         return self._activation(tf.matmul(inputs, self.kernel) + self.bias)
 
 
-class TwinQ(keras.Model):
+class TwinQ(BuiltByCall, keras.Model):
     """`heads` action-value functions Q_i(s, a), MLPs on the concatenated observation and
     action (Fujimoto et al. 2018, arXiv:1802.09477, section 4.2: clipped double Q).
 
@@ -99,7 +100,7 @@ class TwinQ(keras.Model):
         return self._output(hidden)[..., 0]
 
 
-class SquashedGaussianActor(keras.Model):
+class SquashedGaussianActor(BuiltByCall, keras.Model):
     """The actor of SAC: a Gaussian over pre-squashing actions u, `a = tanh(u)` (Haarnoja
     et al. 2018, arXiv:1812.05905, appendix C).
 
@@ -148,7 +149,7 @@ def squashed_sample(mean, log_std, noise):
     return tf.tanh(u), tf.reduce_sum(gaussian - correction, -1)
 
 
-class DeterministicActor(keras.Model):
+class DeterministicActor(BuiltByCall, keras.Model):
     """The actor of TD3: `a = tanh(MLP(observ))`, float32 `[batch, action_size]` in
     [-1, 1] (Fujimoto et al. 2018, arXiv:1802.09477, appendix C).
 
@@ -167,7 +168,7 @@ class DeterministicActor(keras.Model):
         return self._output(self._hidden(observ))
 
 
-class _PerStep(keras.layers.Layer):
+class _PerStep(BuiltByCall, keras.layers.Layer):
     """A layer of `[batch, time, *shape] -> [batch, time, n]` (a declared network's
     `batchrl.networks.torso.Torso`) applied to `[batch, *shape]`, a time axis of one step added and
     removed."""
@@ -180,7 +181,7 @@ class _PerStep(keras.layers.Layer):
         return self._layer(tf.convert_to_tensor(observ)[:, None])[:, 0]
 
 
-class QNetwork(keras.Model):
+class QNetwork(BuiltByCall, keras.Model):
     """Q(s, .) of DQN: one output per discrete action, float32 `[batch, num_actions]`.
 
     With `dueling`, two streams share the hidden layers: Q = V + A - mean(A) (Wang et al.

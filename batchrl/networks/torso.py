@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.networks import spec as network_spec
+from batchrl.networks.built_by_call import BuiltByCall
 from batchrl.networks.recurrence import unroll
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma weights.
@@ -83,7 +84,7 @@ def _needs_image(spec):
                             "channels_last")
 
 
-class _Chain(keras.layers.Layer):
+class _Chain(BuiltByCall, keras.layers.Layer):
     """Preprocessing steps, then layers, on `[n, *shape]`, ending in float32 `[n, size]`
     (`output_size`); built and checked on a zero input when constructed (see `Torso`).
     `where` names it in the messages (e.g. "network leaf 'image'")."""
@@ -140,7 +141,7 @@ class _Chain(keras.layers.Layer):
         return value
 
 
-class Torso(keras.layers.Layer):
+class Torso(BuiltByCall, keras.layers.Layer):
     """Preprocessing and declared layers applied to each step: `[batch, time, *shape]` ->
     float32 `[batch, time, features]`.
 
@@ -278,7 +279,7 @@ class _Outputs:
     by_input = None
 
 
-class RecurrentTorso(keras.layers.Layer):
+class RecurrentTorso(BuiltByCall, keras.layers.Layer):
     """A feed-forward `Torso`, then a recurrent layer over the time axis:
     `(observ [batch, time, *shape], state [batch, state_size])` -> `(float32 [batch, time,
     units], state)`; with `reset` (bool `[batch, time]`), the state is zeroed before the
