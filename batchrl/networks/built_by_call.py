@@ -4,9 +4,9 @@ call, without Keras' symbolic trace of it."""
 
 class BuiltByCall:
     """A mixin, before the Keras base (`class MLP(BuiltByCall, keras.layers.Layer)`), for a
-    layer or model whose variables all belong to the layers it holds: its `build` does
-    nothing, so each of those layers is built by the first call, from the shapes it receives
-    there.
+    layer or model whose own variables, if any, are made in its constructor, the others
+    belonging to the layers it holds: its `build` does nothing, so each of those layers is
+    built by the first call, from the shapes it receives there.
 
     Without a `build` of its own, a Keras 3 layer is built by first running its `call` on
     symbolic inputs in a scratch graph (`Layer._maybe_build`, `backend.compute_output_spec`),
