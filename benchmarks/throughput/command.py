@@ -421,7 +421,9 @@ def main(argv=None):
     # frequent measurements.
     own_threads = 1 if settings["inter_op_threads"] is None else settings["inter_op_threads"]
     set_inter_op_threads(own_threads)
-    cores_before = baselines.effective_cores()
+    # Quick mode (a check that everything runs) times a fifth of the busy loop.
+    core_loops = 1_000_000 if args.quick else 5_000_000
+    cores_before = baselines.effective_cores(core_loops)
     print(f"Effective cores: {cores_before:.2f} of {os.cpu_count()}.", flush=True)
     measurements = run_benchmark(
         settings["envs"], settings["sizes"], settings["seconds"], settings["warmup"],
@@ -452,7 +454,7 @@ def main(argv=None):
     if leftover:
         print(f"warning: {len(leftover)} child processes still alive", file=sys.stderr)
     machine = {**baselines.machine_info(),
-               "effective_cores": [cores_before, baselines.effective_cores()]}
+               "effective_cores": [cores_before, baselines.effective_cores(core_loops)]}
     report = report_lib.build_report(measurements, settings, command, machine=machine,
                                      learning=learning, pairs=pairs)
     report_lib.write_json(report, args.json)
