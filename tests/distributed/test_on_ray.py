@@ -50,16 +50,22 @@ def _gone(pids, seconds=30):
     return False
 
 
-def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def weights():
+    """The policy's weights of an actor of `_config()` built in this process."""
+    local = FragmentActor(_config(), 0)
+    local.build()
+    return local._actor.get_weights()
+
+
+def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluster, tmp_path,
+                                                                      weights):
     """Two actors, two calls each: never more than four fragments exist; the environment
     that reaches step 12 first kills its actor's process (once): its calls are discarded,
     a new actor takes its place, and fragments keep coming from both, acted by the version
     published after the restart. (How soon Ray reports the death depends on the load: the
     other actor's fragments keep coming meanwhile.)"""
     config = _config(fault="kill", after=12, once=str(tmp_path / "once"))
-    local = FragmentActor(_config(), 0)
-    local.build()
-    weights = local._actor.get_weights()
     pool = ActorPool(config, 2, 1.0, 2, 60.0, 1)
     try:
         pids = [int(pool.describe(k).rsplit(" ", 1)[1]) for k in range(2)]
@@ -86,14 +92,11 @@ def test_a_killed_actor_is_replaced_and_new_weights_reach_every_actor(ray_cluste
     assert _gone(new_pids + pids)
 
 
-def test_a_call_acts_with_the_weights_newest_when_it_starts(ray_cluster):
+def test_a_call_acts_with_the_weights_newest_when_it_starts(ray_cluster, weights):
     """One actor, three calls in flight, each a fragment of about half a second (0.1 s a step):
     all three are queued while version 0 is the newest; version 1 is published while the
     second records, so the third, which starts after it, acts with version 1 (weights sent
     with each call when it is queued would act with version 0)."""
-    local = FragmentActor(_config(), 0)
-    local.build()
-    weights = local._actor.get_weights()
     config = configs.Config(_config(), env="benchmarks.slow_envs:SlowPendulum",
                             env_kwargs={"step_us": 100_000})
     pool = ActorPool(config, 1, 1.0, 3, 60.0, 0)
