@@ -19,7 +19,9 @@ class FragmentLearning:
         rows): it becomes the batch a memory of rollouts gives (`_rollout_batch`) and
         `update(batch)` runs on it, for every algorithm that reads `rollout_length`. The
         observations are normalized with the statistics as they are, which the fragment's
-        valid steps then update, as they update the reward normalizer's. With `log`, the
+        valid steps then update, as they update the reward normalizer's (with its rewards,
+        or for `reward_normalizer: return` the discounted returns the actor recorded,
+        `return`: an agent's return runs on across its fragments there). With `log`, the
         update's summaries (`_train`'s) go to the default summary writer at its default
         step. Returns the diagnostics of `update` (tensors) and `updates`: 1. Only V-trace
         (IMPALA, APPO) corrects the value targets for the lag; the others' ratios are
@@ -28,17 +30,13 @@ class FragmentLearning:
         Raises:
           NotImplementedError: the algorithm declares no fragments (`actors`: it does not
             read `rollout_length` and learns from whole episodes only).
-          ValueError: `rollout_length` is null, or `normalize_reward` with
-            `reward_normalizer: return` (an agent's discounted return runs across
-            fragments; the learner sees only one).
+          ValueError: `rollout_length` is null.
+          KeyError: `reward_normalizer: return` and a fragment without `return`.
         """
         if self.actors != "fragments":
             return super().learn(recording, log)
         if not self._rollout_length:
             raise ValueError(f"{self.name} learns from fragments with rollout_length set")
-        if self._config.normalize_reward and self._config.reward_normalizer != "reward":
-            raise ValueError(f"{self.name} learns from fragments with reward_normalizer: "
-                             f"reward")
         padding = self._memory_length - np.shape(recording["reward"])[1]
         if padding > 0:  # PPO's `chunk_length` does not divide `rollout_length`.
             recording = {key: value if key == "length" else np.pad(
@@ -57,6 +55,8 @@ class FragmentLearning:
                              self._batch_env.action.dtype),
                   "reward": ((), tf.float32), "done": ((), tf.bool),
                   "terminated": ((), tf.bool), **self._acting.acting_specs}
+        if self._by_return():
+            fields["return"] = ((), tf.float32)
         specs = {key: tf.TensorSpec((rows, self._memory_length) + tuple(shape), dtype)
                  for key, (shape, dtype) in fields.items()}
         specs["length"] = tf.TensorSpec([rows], tf.int32)
@@ -78,7 +78,9 @@ class FragmentLearning:
             observ = self._normalized(fragment["observ"])
             next_observ = self._normalized(fragment["next_observ"])
         valid, shared = mask > 0, self._all_reduce
-        statistics = [self._reward_filter.update(tf.boolean_mask(reward, valid), shared)]
+        statistic = fragment["return"] if self._by_return() else reward
+        statistics = [self._reward_filter.update(
+            tf.boolean_mask(tf.convert_to_tensor(statistic, tf.float32), valid), shared)]
         if not self._raw_observ:
             with tf.control_dependencies([observ, next_observ]):
                 statistics.append(self._observ_filter.update(
@@ -88,3 +90,7 @@ class FragmentLearning:
                         done=tf.convert_to_tensor(fragment["done"], tf.bool))
             batch = self._rollout_batch(rows, observ, next_observ, length)
         return self.update(batch)
+
+    def _by_return(self):
+        """Whether the reward normalizer takes the std of the discounted returns (bool)."""
+        return bool(self._config.normalize_reward) and self._config.reward_normalizer == "return"

@@ -12,10 +12,9 @@ def check(config):
     Raises:
       ConfigError: `learners` above 1 without actors; with `actors` above 0: an
         algorithm that cannot learn from actors, no `rollout_length` (the steps per agent
-        of an actor's call), `reward_normalizer: return` with `normalize_reward`, a
-        `max_policy_lag` below `broadcast_every - 1` (the fragments acted with the newest
-        weights would grow too old before the next publication), or `learners` above 1
-        that cannot share the update (`_check_learners`).
+        of an actor's call), a `max_policy_lag` below `broadcast_every - 1` (the fragments
+        acted with the newest weights would grow too old before the next publication), or
+        `learners` above 1 that cannot share the update (`_check_learners`).
 
     TensorFlow is not imported, but for `learners` above 1 and for an algorithm
     `module:NAME` whose module imports it.
@@ -41,10 +40,6 @@ def check(config):
     if not config.rollout_length:
         raise configs.ConfigError("config key 'actors' needs rollout_length (the steps per "
                                   "agent of an actor's fragment, e.g. 20)")
-    if config.normalize_reward and config.reward_normalizer != "reward":
-        raise configs.ConfigError(
-            "config key 'actors' needs reward_normalizer: reward with normalize_reward (a "
-            "discounted return runs across fragments, and the learner sees one at a time)")
     if config.learners > 1:
         _check_learners(config)
 

@@ -25,34 +25,53 @@ class FragmentRecorder(Recorder):
     `length` int32 `[B]`, the steps of each row (`T` unless an agent was left out of a
     step, see `simulate`); and for a recurrent policy `state` float32
     `[B, T, state_size]`, the state each step was acted on (each agent's state runs on
-    from fragment to fragment, zeroed where an episode begins).
+    from fragment to fragment, zeroed where an episode begins); with `return_discount`,
+    `return` float32 `[B, T]`, each agent's discounted return of its episode up to and
+    including the step, `G_t = return_discount * G_{t-1} + r_t` (`G` zero where an episode
+    begins; it runs on across fragments): what `reward_normalizer: return` takes the
+    standard deviation of (Engstrom et al. 2020, arXiv:2005.12729, "reward scaling"), as
+    the in-process algorithm does (`OnPolicyAlgorithm`).
 
     Args:
       batch_env: the actor's `InGraphBatchEnv`.
       actor: an `OnPolicyActor` built for the batch's spaces and agents (`num_agents`).
       length: int >= 1, the steps per agent of a fragment (`rollout_length`).
+      return_discount: float (the config's `discount`) to record `return`, or None.
 
     Raises:
       ValueError: `actor` keeps acting state for another number of agents than the batch's.
     """
 
-    def __init__(self, batch_env, actor, length):
+    def __init__(self, batch_env, actor, length, return_discount=None):
         if actor.num_agents != len(batch_env):
             raise ValueError(f"FragmentRecorder: the actor keeps acting state for "
                              f"{actor.num_agents} agents, the batch has {len(batch_env)} "
                              f"(OnPolicyActor's num_agents)")
         self._actor = actor
         observ = (tuple(batch_env.observ.shape[1:]), batch_env.observ.dtype)
+        recorded = dict(actor.acting_specs)
+        self._return_discount = return_discount
+        if return_discount is not None:
+            recorded["return"] = ((), tf.float32)
+            self._return = tf.Variable(tf.zeros([len(batch_env)]), trainable=False,
+                                       name="discounted_return")
         self._memory = RolloutMemory(
             lambda name: {name: observ},
             (tuple(batch_env.action.shape[1:]), batch_env.action.dtype),
-            actor.acting_specs, len(batch_env), int(length), "fragment")
+            recorded, len(batch_env), int(length), "fragment")
         super().__init__(batch_env, length)
 
     def begin_episodes(self, agent_indices):
-        """Zeroes the recurrent state (if any) of the given agents (int32 `[n]`); their
-        rows run on across the start of the episode."""
-        return self._actor.begin_episodes(agent_indices)
+        """Zeroes the recurrent state (if any) and the discounted return (with
+        `return_discount`) of the given agents (int32 `[n]`); their rows run on across the
+        start of the episode."""
+        begun = self._actor.begin_episodes(agent_indices)
+        if self._return_discount is None:
+            return begun
+        rows = tf.cast(agent_indices, tf.int32)[:, None]
+        zeroed = self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))
+        with tf.control_dependencies([begun, zeroed]):
+            return tf.constant(True)
 
     def perform(self, agent_indices, observ):
         """Actions sampled from the policy for the given agents (int32 `[n]`) in raw
@@ -70,6 +89,12 @@ class FragmentRecorder(Recorder):
                 "done": done,
                 "terminated": tf.gather(self._batch_env.terminated, agent_indices),
                 **self._actor.acted(agent_indices)}
+        if self._return_discount is not None:
+            returns = self._return_discount * tf.gather(self._return, agent_indices) + reward
+            step["return"] = returns
+            with tf.control_dependencies([self._return.scatter_nd_update(
+                    agent_indices[:, None], returns)]):
+                return self._memory.append(step, agent_indices)
         return self._memory.append(step, agent_indices)
 
     def _collect_steps(self):

@@ -305,11 +305,13 @@ def test_c_bar_above_rho_bar_is_refused_before_anything_is_built(config):
 
 def test_a_fragment_actor_builds_no_optimizer(optimizers_made):
     """An on-policy actor builds the acting half alone (`OnPolicyActor`): no Keras
-    optimizer is made while it builds and records."""
+    optimizer is made while it builds and records. Its fragments hold the agents' discounted
+    returns (`reward_normalizer: return`, as cartpole_impala has it)."""
     made = optimizers_made
     actor = actor_lib.FragmentActor(_config(), 0)
     actor.build()
-    assert actor.collect()["fragment"]["reward"].shape == (ENVS, LENGTH)
+    fragment = actor.collect()["fragment"]
+    assert fragment["reward"].shape == fragment["return"].shape == (ENVS, LENGTH)
     assert made == []
     _learner(_config())
     assert made  # The learner's, counted.

@@ -18,7 +18,6 @@ class EpisodesOnly:
     ({"algorithm": f"{__name__}:EpisodesOnly"},
      f"algorithm '{__name__}:EpisodesOnly' does not learn from actors; choices: "),
     ({"rollout_length": None}, "needs rollout_length"),
-    ({"normalize_reward": True, "reward_normalizer": "return"}, "reward_normalizer: reward"),
     ({"max_policy_lag": 0, "broadcast_every": 4},
      r"^config keys 'max_policy_lag' \(0\) and 'broadcast_every' \(4\): max_policy_lag "
      r"must be at least broadcast_every - 1"),

@@ -48,10 +48,14 @@ def _algorithm(config, algorithm_class=IMPALA, num_actions=None):
 
 
 def _recorder(config, batch_env=None, actor_class=OnPolicyActor, num_actions=None):
+    """`(recorder, actor, batch_env)`; the recorder records the discounted returns for
+    `reward_normalizer: return`, as `FragmentActor`'s does."""
     batch_env = batch_env or _batch_env(num_actions)
     actor = actor_class(batch_env.observation_space, batch_env.action_space, config,
                         num_agents=len(batch_env))
-    return FragmentRecorder(batch_env, actor, LENGTH), actor, batch_env
+    by_return = config.normalize_reward and config.reward_normalizer == "return"
+    return (FragmentRecorder(batch_env, actor, LENGTH, config.discount if by_return else None),
+            actor, batch_env)
 
 
 def test_a_fragment_holds_the_steps_as_the_agents_took_them():
@@ -91,7 +95,10 @@ def test_a_fragment_holds_the_steps_as_the_agents_took_them():
     # PPO and PQN shuffle their minibatches with the generator that also samples their
     # actions in one process: from the second rollout on, the actor (which only samples)
     # draws others. (Their one rollout here is one full batch: its order does not matter.)
-    ("ppo", feed_forward_gaussian, 1), ("pqn", feed_forward_categorical, 1)])
+    ("ppo", feed_forward_gaussian, 1), ("pqn", feed_forward_categorical, 1),
+    # The rewards scaled by the std of the agents' discounted returns, which run on across
+    # fragments in the actor (`return`) as across rollouts in one process.
+    ("impala-return", feed_forward_gaussian, FRAGMENTS)])
 def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
         algorithm, network, fragments):
     """The learner builds its batch from fragments as the in-process algorithm builds it
@@ -103,7 +110,9 @@ def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
     epsilon-greedily on Discrete actions) included."""
     discrete = network is feed_forward_categorical
     num_actions = 3 if discrete else None
-    config = _config(network, algorithm=algorithm, update_epochs=2)
+    algorithm, _, normalizer = algorithm.partition("-")
+    by_return = {"normalize_reward": True, "reward_normalizer": "return"} if normalizer else {}
+    config = _config(network, algorithm=algorithm, update_epochs=2, **by_return)
     algorithm_class = build.ALGORITHMS[algorithm]
     assert algorithm_class.actors == "fragments"
     in_process = _algorithm(config, algorithm_class, num_actions)
@@ -225,8 +234,26 @@ def test_the_learner_normalizes_with_its_statistics_then_updates_them():
     observ = fragment["observ"].reshape(-1, 3).astype(np.float64)
     np.testing.assert_allclose(learner._observ_filter.mean.numpy(), observ.mean(0),
                                rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="reward_normalizer: reward"):
-        _algorithm(_config(normalize_reward=True, reward_normalizer="return")).learn(fragment)
+
+
+def test_with_the_return_normalizer_a_fragment_holds_each_agents_discounted_return():
+    """`return` at row b, step t is the agent's discounted return of its episode so far,
+    `G_t = discount G_{t-1} + r_t`, zero before an episode's first step, running on across
+    fragments (a NumPy recursion over the recorded rewards and ends); without the
+    normalizer there is no such field."""
+    recorder, _, _ = _recorder(_config(normalize_reward=True, reward_normalizer="return"))
+    fragments = [recorder.record() for _ in range(3)]
+    reward = np.concatenate([fragment["reward"] for fragment in fragments], 1)
+    done = np.concatenate([fragment["done"] for fragment in fragments], 1)
+    want, running = np.zeros_like(reward), np.zeros(AGENTS)
+    for t in range(reward.shape[1]):
+        running = 0.9 * running + reward[:, t]  # _config's discount.
+        want[:, t] = running
+        running = np.where(done[:, t], 0.0, running)
+    got = np.concatenate([fragment["return"] for fragment in fragments], 1)
+    assert done[:, :-1].any() and (got != reward).any()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert "return" not in _recorder(_config())[0].record()
 
 
 def test_a_fragment_travels_with_each_observation_once():
