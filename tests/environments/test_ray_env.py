@@ -212,20 +212,20 @@ def _leftovers(marker):
 
 
 def test_train_stops_the_local_ray_it_started_on_sigterm_and_unreachable_is_one_line(
-        tmp_path, capsys):
+        tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", BATCHRL_RAY_TEST=str(os.getpid()))
-    flags = ["--config=pendulum", "--set", "env_backend=ray", "--set", "num_agents=4",
-             "--set", "num_workers=2", "--set", "eval_every=80", "--set", "eval_episodes=2",
-             "--set", "max_length=20", "--set", "update_every=4", "--set", "update_epochs=2",
-             "--no-progress"]
-    # In this process (the command's main; no TensorFlow process of its own to start).
-    assert train.main([*flags, f"--logdir={tmp_path / 'unreachable'}", "--set",
-                       "ray_address=127.0.0.1:1"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    command = [sys.executable, "-m", "batchrl.scripts.train", "--config=pendulum",
+               "--set", "env_backend=ray", "--set", "num_agents=4", "--set", "num_workers=2",
+               "--set", "eval_every=80", "--set", "eval_episodes=2", "--set", "max_length=20",
+               "--set", "update_every=4", "--set", "update_epochs=2", "--no-progress"]
+    result = subprocess.run([*command, f"--logdir={tmp_path / 'unreachable'}", "--set",
+                             "ray_address=127.0.0.1:1"], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
         "error: config key 'ray_address' ('127.0.0.1:1'): cannot join the Ray cluster at "
         "'127.0.0.1:1': nothing answers there (Connection refused)")
     assert not (tmp_path / "unreachable").exists()  # Nothing written.
-    command = [sys.executable, "-m", "batchrl.scripts.train", *flags]
     process = subprocess.Popen([*command, f"--logdir={tmp_path / 'run'}"], env=env, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in process.stdout:  # Wait until training runs (after an eval).
