@@ -74,7 +74,8 @@ def connect(address, seconds=START_SECONDS):
     without the dashboard; on Linux with a reaper process, `_REAPER`, that kills Ray's agents
     when this process dies), "auto" or "HOST:PORT" joins a running cluster, giving up after
     `seconds`. Keeps the process's SIGTERM handler, which `ray.init` replaces. Returns the
-    `ray` module.
+    `ray` module. A process already connected (`ray.is_initialized()`, e.g. an application
+    that called `ray.init` itself) keeps its connection, whatever `address` says.
 
     A cluster is joined from a helper thread, because `ray.init` retries an address that
     does not answer for minutes. A local Ray is started from the calling thread: Ray ties
