@@ -92,5 +92,11 @@ class FragmentLearning:
         return self.update(batch)
 
     def _by_return(self):
-        """Whether the reward normalizer takes the std of the discounted returns (bool)."""
-        return bool(self._config.normalize_reward) and self._config.reward_normalizer == "return"
+        return by_return(self._config)
+
+
+def by_return(config):
+    """Whether `config` scales the rewards by the standard deviation of the agents'
+    discounted returns (`normalize_reward` with `reward_normalizer: return`), which an
+    actor's fragments then carry (`FragmentRecorder`'s `return_discount`). bool."""
+    return bool(config.normalize_reward) and config.reward_normalizer == "return"

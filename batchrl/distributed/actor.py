@@ -161,12 +161,12 @@ class FragmentActor:
         """The recorder of the in-graph `batch_env` with the acting half (`_actor`,
         `batchrl.build.acting_half`): a `FragmentRecorder`, recording each agent's
         discounted return for `reward_normalizer: return`."""
+        from batchrl.algorithms.fragment_learning import by_return
         from batchrl.distributed.fragment import FragmentRecorder
 
         config = self._config
-        by_return = config.normalize_reward and config.reward_normalizer == "return"
         return FragmentRecorder(batch_env, self._actor, config.rollout_length,
-                                config.discount if by_return else None)
+                                config.discount if by_return(config) else None)
 
     def take_weights(self, publication, version, weights):
         """Keeps `weights` (the learner's `Actor.get_weights`: the policy's and the

@@ -9,6 +9,7 @@ import tensorflow as tf
 from batchrl import build, configs
 from batchrl.algorithms import APPO, IMPALA
 from batchrl.algorithms.actor import OnPolicyActor
+from batchrl.algorithms.fragment_learning import by_return
 from batchrl.distributed.fragment import FragmentRecorder, compact, expand
 from batchrl.drivers.simulate import episode_state, simulate_steps
 from batchrl.environments.in_graph import InGraphBatchEnv
@@ -53,8 +54,8 @@ def _recorder(config, batch_env=None, actor_class=OnPolicyActor, num_actions=Non
     batch_env = batch_env or _batch_env(num_actions)
     actor = actor_class(batch_env.observation_space, batch_env.action_space, config,
                         num_agents=len(batch_env))
-    by_return = config.normalize_reward and config.reward_normalizer == "return"
-    return (FragmentRecorder(batch_env, actor, LENGTH, config.discount if by_return else None),
+    return (FragmentRecorder(batch_env, actor, LENGTH,
+                             config.discount if by_return(config) else None),
             actor, batch_env)
 
 
@@ -111,8 +112,8 @@ def test_one_actor_without_lag_learns_as_the_algorithm_in_one_process(
     discrete = network is feed_forward_categorical
     num_actions = 3 if discrete else None
     algorithm, _, normalizer = algorithm.partition("-")
-    by_return = {"normalize_reward": True, "reward_normalizer": "return"} if normalizer else {}
-    config = _config(network, algorithm=algorithm, update_epochs=2, **by_return)
+    scaled = {"normalize_reward": True, "reward_normalizer": "return"} if normalizer else {}
+    config = _config(network, algorithm=algorithm, update_epochs=2, **scaled)
     algorithm_class = build.ALGORITHMS[algorithm]
     assert algorithm_class.actors == "fragments"
     in_process = _algorithm(config, algorithm_class, num_actions)
