@@ -55,7 +55,7 @@ class FragmentLearning:
                              self._batch_env.action.dtype),
                   "reward": ((), tf.float32), "done": ((), tf.bool),
                   "terminated": ((), tf.bool), **self._acting.acting_specs}
-        if self._by_return():
+        if by_return(self._config):
             fields["return"] = ((), tf.float32)
         specs = {key: tf.TensorSpec((rows, self._memory_length) + tuple(shape), dtype)
                  for key, (shape, dtype) in fields.items()}
@@ -78,7 +78,7 @@ class FragmentLearning:
             observ = self._normalized(fragment["observ"])
             next_observ = self._normalized(fragment["next_observ"])
         valid, shared = mask > 0, self._all_reduce
-        statistic = fragment["return"] if self._by_return() else reward
+        statistic = fragment["return"] if by_return(self._config) else reward
         statistics = [self._reward_filter.update(
             tf.boolean_mask(tf.convert_to_tensor(statistic, tf.float32), valid), shared)]
         if not self._raw_observ:
@@ -90,10 +90,6 @@ class FragmentLearning:
                         done=tf.convert_to_tensor(fragment["done"], tf.bool))
             batch = self._rollout_batch(rows, observ, next_observ, length)
         return self.update(batch)
-
-    def _by_return(self):
-        return by_return(self._config)
-
 
 def by_return(config):
     """Whether `config` scales the rewards by the standard deviation of the agents'

@@ -14,7 +14,7 @@ from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.fragment_learning import FragmentLearning
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
-from batchrl.memories.rollout import RolloutMemory
+from batchrl.memories.rollout import RolloutMemory, running_return
 from batchrl.spaces import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -340,8 +340,7 @@ class OnPolicyAlgorithm(FragmentLearning, Algorithm):
         the agents' discounted returns so far (updated here)."""
         if self._config.reward_normalizer == "reward":
             return reward
-        returns = self._config.discount * tf.gather_nd(self._return, rows) + reward
-        return after([self._return.scatter_nd_update(rows, returns)], returns)
+        return running_return(self._return, rows[:, 0], reward, self._config.discount)
 
     def end_episodes(self, agent_indices):
         """Moves the finished episodes of the given agents into the memory while training,

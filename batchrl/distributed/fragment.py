@@ -6,7 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.distributed.recorder import Recorder
-from batchrl.memories.rollout import RolloutMemory
+from batchrl.memories.rollout import RolloutMemory, running_return
+from batchrl.tools.graph import after
 
 
 class FragmentRecorder(Recorder):
@@ -70,8 +71,7 @@ class FragmentRecorder(Recorder):
             return begun
         rows = tf.cast(agent_indices, tf.int32)[:, None]
         zeroed = self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))
-        with tf.control_dependencies([begun, zeroed]):
-            return tf.constant(True)
+        return after([begun, zeroed], True)
 
     def perform(self, agent_indices, observ):
         """Actions sampled from the policy for the given agents (int32 `[n]`) in raw
@@ -90,11 +90,8 @@ class FragmentRecorder(Recorder):
                 "terminated": tf.gather(self._batch_env.terminated, agent_indices),
                 **self._actor.acted(agent_indices)}
         if self._return_discount is not None:
-            returns = self._return_discount * tf.gather(self._return, agent_indices) + reward
-            step["return"] = returns
-            with tf.control_dependencies([self._return.scatter_nd_update(
-                    agent_indices[:, None], returns)]):
-                return self._memory.append(step, agent_indices)
+            step["return"] = running_return(self._return, agent_indices, reward,
+                                            self._return_discount)
         return self._memory.append(step, agent_indices)
 
     def _collect_steps(self):

@@ -5,6 +5,28 @@ algorithm with `rollout_length`) and in an actor (`batchrl.distributed.fragment`
 import tensorflow as tf
 
 from batchrl.memories.episode import EpisodeMemory
+from batchrl.tools.graph import after
+
+
+def running_return(returns, agent_indices, reward, discount):
+    """Advances each given agent's discounted return of its episode by one step,
+    `G_t = discount * G_{t-1} + r_t` (Engstrom et al. 2020, arXiv:2005.12729, "reward
+    scaling": what `reward_normalizer: return` takes the standard deviation of); the same
+    in one process (`OnPolicyAlgorithm`) and in an actor (`FragmentRecorder`). The caller
+    zeroes an agent's entry where its episode begins.
+
+    Args:
+      returns: float32 variable `[num_agents]`, each agent's `G_{t-1}`; updated.
+      agent_indices: int32 `[n]`, distinct agents.
+      reward: float32 `[n]`, their rewards `r_t`.
+      discount: float.
+
+    Returns:
+      float32 `[n]`, their `G_t`, available once `returns` holds them.
+    """
+    agent_indices = tf.cast(agent_indices, tf.int32)
+    updated = discount * tf.gather(returns, agent_indices) + reward
+    return after([returns.scatter_nd_update(agent_indices[:, None], updated)], updated)
 
 
 class RolloutMemory(EpisodeMemory):
