@@ -3,6 +3,7 @@
 import collections.abc
 import contextlib
 import difflib
+import functools
 import os
 import warnings
 
@@ -39,11 +40,20 @@ def check_task_id(task_id):
     raise ValueError(f"EnvPool has no task {task_id!r}{hint}")
 
 
-def episode_limit(task_id):
-    """EnvPool's default episode length limit of a task (int steps)."""
+@functools.cache
+def _default_spec(task_id):
+    """EnvPool's spec of a task with its default options (`envpool.make_spec`), made once
+    per process: an Atari task's takes about 0.1 s (it reads the ROM), and a command asks
+    for it several times (checking the config, building the algorithm and the batch).
+    Raises what `make_spec` raises for an unknown task id (not cached)."""
     import envpool
 
-    return int(envpool.make_spec(task_id).config.max_episode_steps)
+    return envpool.make_spec(task_id)
+
+
+def episode_limit(task_id):
+    """EnvPool's default episode length limit of a task (int steps)."""
+    return int(_default_spec(task_id).config.max_episode_steps)
 
 
 def task_spaces(task_id, options=None):
@@ -71,7 +81,8 @@ def task_spaces(task_id, options=None):
 
     check_task_id(task_id)
     with _quiet_spaces():
-        spec = envpool.make_spec(task_id, **dict(options or {}))
+        spec = (envpool.make_spec(task_id, **dict(options)) if options
+                else _default_spec(task_id))
         observation_space, _ = _observation_space(spec.observation_space)
         action_space, low, high = _action_space(spec.action_space)
     if low is None:
@@ -96,10 +107,8 @@ def resolve_options(task_id, num_threads, max_episode_steps, options):
         `max_episode_steps` not an int >= 1, or given as an argument and as an option with
         different values.
     """
-    import envpool
-
     options = dict(options or {})
-    known = [key for key in envpool.make_spec(task_id).config._fields if key != "version"]
+    known = [key for key in _default_spec(task_id).config._fields if key != "version"]
     for key in options:
         if key in _MANAGED:
             raise ValueError(f"EnvPool option {key!r} is batchrl's to set: {_MANAGED[key]}")

@@ -204,3 +204,31 @@ def test_task_spaces_come_from_envpools_spec(task, options, observation, action,
         assert batch.action_space == action_space
     finally:
         batch.close()
+
+
+def test_a_task_spec_with_default_options_is_made_once_per_process(monkeypatch):
+    """Checking a config, building its algorithm and its batch each read the task's spec
+    (its episode limit, its option names, its spaces); an Atari task's takes about 0.1 s
+    (the ROM is read), so it is made once. A spec of other options is made each time, and
+    an unknown task id still raises."""
+    import envpool
+
+    made = []
+    make_spec = envpool.make_spec
+    monkeypatch.setattr(envpool, "make_spec", lambda task_id, **options: (
+        made.append((task_id, options)), make_spec(task_id, **options))[1])
+    envpool_env._default_spec.cache_clear()
+    config = configs.load("pong", ["num_agents=2"])
+    environments.check_backend(config)
+    limit = environments.episode_limit(config)
+    spaces = envpool_env.task_spaces("Pong-v5")
+    with environments.create_batch(config) as batch_env:
+        assert batch_env.observation_space == spaces[0]
+    assert limit == make_spec("Pong-v5").config.max_episode_steps
+    assert [task_id for task_id, options in made if not options] == ["Pong-v5"]
+    envpool_env.task_spaces("Pong-v5", {"stack_num": 2})
+    envpool_env.task_spaces("Pong-v5", {"stack_num": 2})
+    assert made[-2:] == [("Pong-v5", {"stack_num": 2})] * 2
+    with pytest.raises(Exception, match="Pong-v9"):
+        envpool_env.episode_limit("Pong-v9")
+    envpool_env._default_spec.cache_clear()
