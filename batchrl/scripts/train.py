@@ -127,8 +127,8 @@ def check_before_tensorflow(config, logdir):
     """The checks of `check` that need no TensorFlow (and do not import it, but where
     `batchrl.distributed.checks` says): the environment id (but a `module:attribute`, which
     `check` imports), the backend (`environments.check_backend`), the actor-learner keys and
-    the run already in `logdir` (`check_resume`); what `main` checks before it starts the
-    actors.
+    the run already in `logdir` (`check_resume`); what `main` checks before it imports
+    TensorFlow and starts the actors, where `checks_before_tensorflow` says so.
 
     Raises:
       ConfigError: the first mistake found; nothing was written.
@@ -264,25 +264,29 @@ def start_actor_process():
     start_tensorflow(verbose=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0")
 
 
-def start_actors_first(config, logdir, verbose=False):
-    """For `main`: starts the actors of `config` (`train_actors.start_actors`) before this
-    process imports TensorFlow, if it has actors, one learner and an algorithm of the
-    registry, and `check_before_tensorflow` passes; the actors' processes then import
-    TensorFlow and build while this one does (None otherwise). Sets the TensorFlow log
-    level of `verbose` first (`quiet.set_log_level`), which the actors take.
-
-    With `learners` above 1 the actors start after the learners joined (`_train`), and for
-    a `module:NAME` algorithm after TensorFlow: its checks import its module, which may
-    import TensorFlow, and `start_tensorflow` must be the first to.
-
-    Raises:
-      ConfigError: as `check_before_tensorflow` and `train_actors.start_actors`.
-    """
+def checks_before_tensorflow(config):
+    """Whether `check_before_tensorflow` may run before this process imports TensorFlow:
+    for an algorithm of the registry and one learner. With `learners` above 1 the
+    actor-learner checks import TensorFlow (`batchrl.distributed.checks`), and a
+    `module:NAME` algorithm's module may; `start_tensorflow` must be the first to."""
     from batchrl.algorithms import registry
 
-    if not config.actors or config.learners > 1 or registry.entry(config.algorithm) is None:
+    return registry.entry(config.algorithm) is not None and config.learners <= 1
+
+
+def start_actors_first(config, verbose=False):
+    """For `main`, once `check_before_tensorflow` passed: starts the actors of `config`
+    (`train_actors.start_actors`) before this process imports TensorFlow, if it has actors
+    and `checks_before_tensorflow` says so; the actors' processes then import TensorFlow
+    and build while this one does (None otherwise). Sets the TensorFlow log level of
+    `verbose` first (`quiet.set_log_level`), which the actors take. With `learners` above 1
+    the actors start after the learners joined (`_train`).
+
+    Raises:
+      ConfigError: as `train_actors.start_actors`.
+    """
+    if not config.actors or not checks_before_tensorflow(config):
         return None
-    check_before_tensorflow(config, logdir)
     quiet.set_log_level(verbose)
     return train_actors.start_actors(config, start_actor_process)
 
@@ -462,10 +466,14 @@ def main(argv=None):
     pool = None
     try:
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
-        pool = start_actors_first(config, args.logdir, args.verbose)
+        # A mistake these checks find is reported before TensorFlow's import (~4 s here),
+        # and before the actors start.
+        early = checks_before_tensorflow(config)
+        if early:
+            check_before_tensorflow(config, args.logdir)
+        pool = start_actors_first(config, args.verbose)
         start_tensorflow(args.verbose, xla_cache=True)
-        # Actors started: `check_before_tensorflow` passed before them.
-        check(config, args.logdir, checked_before_tensorflow=pool is not None)
+        check(config, args.logdir, checked_before_tensorflow=early)
     except configs.ConfigError as error:
         if pool is not None:
             pool.close()

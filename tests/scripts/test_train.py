@@ -441,8 +441,9 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
     not imported, then starts TensorFlow, and closes the actors when a check after that
     fails (a stand-in `check`, so that this process needs no TensorFlow; told not to
     repeat the checks made before the actors); a mistake found without TensorFlow starts
-    neither. A `module:NAME` algorithm, whose module may import TensorFlow, starts
-    TensorFlow first. Nothing is written either way."""
+    neither, in a config without actors too (an unknown environment id: one line, with no
+    `import tensorflow` first). A `module:NAME` algorithm, whose module may import
+    TensorFlow, starts TensorFlow first. Nothing is written either way."""
     script = (
         "import sys\n"
         "from batchrl import configs\n"
@@ -460,9 +461,13 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
         "train.train_actors.start_actors = start_actors\n"
         "train.start_tensorflow = lambda *args, **kwargs: events.append('tensorflow')\n"
         "train.check = check\n"
-        "for sets in (['rollout_length=null'], [],\n"
-        "             ['algorithm=batchrl.algorithms.impala:IMPALA']):\n"
-        "    code = train.main(['--config=cartpole_impala', '--logdir=' + sys.argv[1],\n"
+        "for name, sets in (('cartpole_impala', ['rollout_length=null']),\n"
+        "                   ('cartpole_impala', []),\n"
+        "                   ('cartpole_impala', ['algorithm=batchrl.algorithms.impala:IMPALA']),\n"
+        "                   ('pendulum', ['env=Pendulum-v9']),\n"
+        "                   ('pendulum', [])):\n"
+        "    events.clear()\n"
+        "    code = train.main(['--config=' + name, '--logdir=' + sys.argv[1],\n"
         "                       *(f'--set={value}' for value in sets)])\n"
         "    print(code, events, 'tensorflow' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")],
@@ -472,8 +477,10 @@ def test_the_command_starts_the_actors_before_it_imports_tensorflow(tmp_path):
     early = ["False", "'tensorflow'", "'checked early: True'", "'closed'"]
     assert result.stdout.splitlines() == [
         "2 [] False", f"2 [{', '.join(early)}] False",
-        f"2 [{', '.join(early)}, 'tensorflow', 'checked early: False'] False"]
+        "2 ['tensorflow', 'checked early: False'] False",
+        "2 [] False", "2 ['tensorflow', 'checked early: True'] False"]
     assert "needs rollout_length" in result.stderr
+    assert "unknown Gymnasium environment id 'Pendulum-v9'" in result.stderr
     assert "refused after TensorFlow" in result.stderr
     assert not (tmp_path / "run").exists()
 
