@@ -128,7 +128,7 @@ def check_before_tensorflow(config, logdir):
     `batchrl.distributed.checks` says): the environment id (but a `module:attribute`, which
     `check` imports), the backend (`environments.check_backend`), the actor-learner keys and
     the run already in `logdir` (`check_resume`); what `main` checks before it imports
-    TensorFlow and starts the actors, where `checks_before_tensorflow` says so.
+    TensorFlow and starts the actors, where `can_check_before_tensorflow` says so.
 
     Raises:
       ConfigError: the first mistake found; nothing was written.
@@ -264,7 +264,7 @@ def start_actor_process():
     start_tensorflow(verbose=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0")
 
 
-def checks_before_tensorflow(config):
+def can_check_before_tensorflow(config):
     """Whether `check_before_tensorflow` may run before this process imports TensorFlow:
     for an algorithm of the registry and one learner. With `learners` above 1 the
     actor-learner checks import TensorFlow (`batchrl.distributed.checks`), and a
@@ -277,7 +277,7 @@ def checks_before_tensorflow(config):
 def start_actors_first(config, verbose=False):
     """For `main`, once `check_before_tensorflow` passed: starts the actors of `config`
     (`train_actors.start_actors`) before this process imports TensorFlow, if it has actors
-    and `checks_before_tensorflow` says so; the actors' processes then import TensorFlow
+    and `can_check_before_tensorflow` says so; the actors' processes then import TensorFlow
     and build while this one does (None otherwise). Sets the TensorFlow log level of
     `verbose` first (`quiet.set_log_level`), which the actors take. With `learners` above 1
     the actors start after the learners joined (`_train`).
@@ -285,7 +285,7 @@ def start_actors_first(config, verbose=False):
     Raises:
       ConfigError: as `train_actors.start_actors`.
     """
-    if not config.actors or not checks_before_tensorflow(config):
+    if not config.actors or not can_check_before_tensorflow(config):
         return None
     quiet.set_log_level(verbose)
     return train_actors.start_actors(config, start_actor_process)
@@ -468,7 +468,7 @@ def main(argv=None):
         config = configs.load(args.config, args.set + (["eager=true"] if args.eager else []))
         # A mistake these checks find is reported before TensorFlow's import (~4 s here),
         # and before the actors start.
-        early = checks_before_tensorflow(config)
+        early = can_check_before_tensorflow(config)
         if early:
             check_before_tensorflow(config, args.logdir)
         pool = start_actors_first(config, args.verbose)
