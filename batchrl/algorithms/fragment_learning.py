@@ -91,6 +91,7 @@ class FragmentLearning:
             batch = self._rollout_batch(rows, observ, next_observ, length)
         return self.update(batch)
 
+
 def by_return(config):
     """Whether `config` scales the rewards by the standard deviation of the agents'
     discounted returns (`normalize_reward` with `reward_normalizer: return`), which an

@@ -14,7 +14,7 @@ from batchrl.algorithms.base import Algorithm
 from batchrl.algorithms.fragment_learning import FragmentLearning
 from batchrl.memories.episode import EpisodeMemory
 from batchrl.memories.observation_storage import ObservationStorage
-from batchrl.memories.rollout import RolloutMemory, running_return
+from batchrl.memories.rollout import RolloutMemory, running_return, zero_returns
 from batchrl.spaces import nested
 from batchrl.tools import summaries as summaries_lib
 from batchrl.tools.graph import after
@@ -268,10 +268,9 @@ class OnPolicyAlgorithm(FragmentLearning, Algorithm):
         (int32 `[n]`); with `rollout_length`, marks the last stored step of their rollouts
         as the end of an episode (`RolloutMemory.cut`), as the episode in progress there is
         cut short when a phase begins new episodes."""
-        rows = tf.cast(agent_indices, tf.int32)[:, None]
         cleared = [self._memory.cut(agent_indices) if self._rollout_length
                    else self._episodes.clear(agent_indices),
-                   self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]])),
+                   zero_returns(self._return, agent_indices),
                    self._acting.begin_episodes(agent_indices)]
         return after(cleared, True)
 

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from batchrl.distributed.recorder import Recorder
-from batchrl.memories.rollout import RolloutMemory, running_return
+from batchrl.memories.rollout import RolloutMemory, running_return, zero_returns
 from batchrl.tools.graph import after
 
 
@@ -69,9 +69,7 @@ class FragmentRecorder(Recorder):
         begun = self._actor.begin_episodes(agent_indices)
         if self._return_discount is None:
             return begun
-        rows = tf.cast(agent_indices, tf.int32)[:, None]
-        zeroed = self._return.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))
-        return after([begun, zeroed], True)
+        return after([begun, zero_returns(self._return, agent_indices)], True)
 
     def perform(self, agent_indices, observ):
         """Actions sampled from the policy for the given agents (int32 `[n]`) in raw

@@ -12,8 +12,8 @@ def running_return(returns, agent_indices, reward, discount):
     """Advances each given agent's discounted return of its episode by one step,
     `G_t = discount * G_{t-1} + r_t` (Engstrom et al. 2020, arXiv:2005.12729, "reward
     scaling": what `reward_normalizer: return` takes the standard deviation of); the same
-    in one process (`OnPolicyAlgorithm`) and in an actor (`FragmentRecorder`). The caller
-    zeroes an agent's entry where its episode begins.
+    in one process (`OnPolicyAlgorithm`) and in an actor (`FragmentRecorder`). Where an
+    agent's episode begins, `zero_returns` clears its entry.
 
     Args:
       returns: float32 variable `[num_agents]`, each agent's `G_{t-1}`; updated.
@@ -27,6 +27,14 @@ def running_return(returns, agent_indices, reward, discount):
     agent_indices = tf.cast(agent_indices, tf.int32)
     updated = discount * tf.gather(returns, agent_indices) + reward
     return after([returns.scatter_nd_update(agent_indices[:, None], updated)], updated)
+
+
+def zero_returns(returns, agent_indices):
+    """Sets the given agents' entries of `returns` (float32 variable `[num_agents]`, as
+    `running_return` keeps them) to 0, where their episodes begin; `agent_indices`: int32
+    `[n]`. Returns the assign op."""
+    rows = tf.cast(agent_indices, tf.int32)[:, None]
+    return returns.scatter_nd_update(rows, tf.zeros([tf.shape(rows)[0]]))
 
 
 class RolloutMemory(EpisodeMemory):
