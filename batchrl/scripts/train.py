@@ -275,17 +275,18 @@ def can_check_before_tensorflow(config):
 
 
 def start_actors_first(config, verbose=False):
-    """For `main`, once `check_before_tensorflow` passed: starts the actors of `config`
-    (`train_actors.start_actors`) before this process imports TensorFlow, if it has actors
-    and `can_check_before_tensorflow` says so; the actors' processes then import TensorFlow
-    and build while this one does (None otherwise). Sets the TensorFlow log level of
-    `verbose` first (`quiet.set_log_level`), which the actors take. With `learners` above 1
-    the actors start after the learners joined (`_train`).
+    """For `main`, once `check_before_tensorflow` passed before TensorFlow
+    (`can_check_before_tensorflow`): starts the actors of `config`
+    (`train_actors.start_actors`) before this process imports TensorFlow, if it has actors;
+    the actors' processes then import TensorFlow and build while this one does (None
+    otherwise). Sets the TensorFlow log level of `verbose` first (`quiet.set_log_level`),
+    which the actors take. Otherwise (`learners` above 1, a `module:NAME` algorithm) the
+    actors start later, in `_train`.
 
     Raises:
       ConfigError: as `train_actors.start_actors`.
     """
-    if not config.actors or not can_check_before_tensorflow(config):
+    if not config.actors:
         return None
     quiet.set_log_level(verbose)
     return train_actors.start_actors(config, start_actor_process)
@@ -471,7 +472,7 @@ def main(argv=None):
         early = can_check_before_tensorflow(config)
         if early:
             check_before_tensorflow(config, args.logdir)
-        pool = start_actors_first(config, args.verbose)
+            pool = start_actors_first(config, args.verbose)
         start_tensorflow(args.verbose, xla_cache=True)
         check(config, args.logdir, checked_before_tensorflow=early)
     except configs.ConfigError as error:
