@@ -140,8 +140,9 @@ _CLUSTER = []  # The test cluster of `ray_cluster`, while the Ray modules run.
 
 @pytest.fixture
 def ray_cluster():
-    """A Ray cluster of two nodes on this machine (two CPUs each; `ray.cluster_utils`), this
-    process connected to it. Started by the first test that asks for it and shared by the
+    """A Ray cluster of two nodes on this machine (two CPUs each; `ray.cluster_utils`; no
+    idle workers started ahead of need, as a local Ray of batchrl's), this process connected
+    to it. Started by the first test that asks for it and shared by the
     Ray modules (`_RAY_MODULES`, which run one after the other); shut down after the last
     test of theirs (`pytest_runtest_teardown`): its idle processes would take CPU from the
     other modules' tests. Its processes see the repository on PYTHONPATH, so actors can
@@ -152,13 +153,16 @@ def ray_cluster():
         return _CLUSTER[0]
     from ray.cluster_utils import Cluster
 
+    from batchrl.environments.ray.connection import LOCAL_SYSTEM_CONFIG
+
     root = str(pathlib.Path(__file__).resolve().parents[1])
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, previous]))
     try:
         node = {"num_cpus": 2, "object_store_memory": 100 * 2**20}
         cluster = Cluster(initialize_head=True,
-                          head_node_args={**node, "include_dashboard": False})
+                          head_node_args={**node, "include_dashboard": False,
+                                          "_system_config": LOCAL_SYSTEM_CONFIG})
         cluster.add_node(**node)
         cluster.wait_for_nodes()
     finally:

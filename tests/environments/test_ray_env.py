@@ -261,7 +261,9 @@ def _tree(root):
 
 def test_a_driver_killed_with_sigkill_leaves_no_ray_process():
     """`connection.connect(None)` starts a local Ray whose raylet starts a dashboard agent and
-    a runtime-env agent (Ray 2.60 has no option against them). When the driver is killed with
+    a runtime-env agent (Ray 2.60 has no option against them) and no idle worker ahead of
+    need (`connection.LOCAL_SYSTEM_CONFIG`; Ray's default starts one per CPU as the driver
+    connects, seen here a second later). When the driver is killed with
     SIGKILL, Ray's other processes end with it, but the agents wait 60 s (a fixed timeout of
     Ray's) before they exit; the reaper that `connect` starts kills them at once. Waiting
     half those 60 s tells one from the other (docs/faults.md, "SIGKILL of a trainer with Ray
@@ -275,10 +277,14 @@ def test_a_driver_killed_with_sigkill_leaves_no_ray_process():
                                text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     try:
         assert process.stdout.readline() == "connected\n"
+        time.sleep(1.0)
         tree = _tree(process.pid)
+        raylet = [pid for pid, name in tree.items() if name == "raylet"]
+        under_raylet = sorted(_tree(raylet[0]).values()) if raylet else None
     finally:
         process.kill()
         process.wait()
     names = sorted(tree.values())
     assert {"raylet", "gcs_server", "ray::DashboardA", "ray::RuntimeEnv"} <= set(names), names
+    assert under_raylet == ["ray::DashboardA", "ray::RuntimeEnv"], names
     assert wait_gone(list(tree), seconds=30) == []

@@ -19,6 +19,15 @@ __all__ = ["RayUnavailable", "connect", "disconnect"]
 # inside Ray's replies, not through the store (larger observations, e.g. images, do).
 _OBJECT_STORE_BYTES = 256 * 2**20
 
+# Ray's settings of a local Ray that a batch starts: no idle workers started ahead of need.
+# Ray 2.60 starts one per CPU when the first driver connects (`prestart_worker_first_driver`);
+# the actor pool's actors cannot use them (their `runtime_env` differs from the default
+# workers'), and each costs its imports (~1.3 CPU-s) and 78 MB while the trainer starts.
+# Without them `cartpole_impala` printed its first step after 11.1 s against 11.8 s
+# (medians of 5 alternating runs on 2 cores); the env backend's actors, which could use
+# them, start on demand at the same cost.
+LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+
 # The least time allowed for starting or joining Ray, in seconds: several times what a local
 # start took on the loaded 2-core machine (docs/throughput.md, "Why the code is as it is").
 START_SECONDS = 60.0
@@ -71,11 +80,12 @@ _CONNECTION_LOCK = threading.Lock()
 
 def connect(address, seconds=START_SECONDS):
     """Connects this process to Ray: `address` None starts a local Ray (`ray.init("local")`,
-    without the dashboard; on Linux with a reaper process, `_REAPER`, that kills Ray's agents
-    when this process dies), "auto" or "HOST:PORT" joins a running cluster, giving up after
-    `seconds`. Keeps the process's SIGTERM handler, which `ray.init` replaces. Returns the
-    `ray` module. A process already connected (`ray.is_initialized()`, e.g. an application
-    that called `ray.init` itself) keeps its connection, whatever `address` says.
+    without the dashboard, without idle workers (`LOCAL_SYSTEM_CONFIG`) and on Linux with a
+    reaper process, `_REAPER`, that kills Ray's agents when this process dies), "auto" or
+    "HOST:PORT" joins a running cluster, giving up after `seconds`. Keeps the process's
+    SIGTERM handler, which `ray.init` replaces. Returns the `ray` module. A process already
+    connected (`ray.is_initialized()`, e.g. an application that called `ray.init` itself)
+    keeps its connection, whatever `address` says.
 
     A cluster is joined from a helper thread, because `ray.init` retries an address that
     does not answer for minutes. A local Ray is started from the calling thread: Ray ties
@@ -92,7 +102,8 @@ def connect(address, seconds=START_SECONDS):
         if address is None:
             what = "start a local Ray"
             options = dict(address="local", include_dashboard=False,
-                           object_store_memory=_OBJECT_STORE_BYTES)
+                           object_store_memory=_OBJECT_STORE_BYTES,
+                           _system_config=LOCAL_SYSTEM_CONFIG)
         else:
             what = f"join the Ray cluster at {address!r}"
             options = dict(address=address)
@@ -135,8 +146,8 @@ def connect(address, seconds=START_SECONDS):
 
 
 def _start_reaper():
-    """Starts `_REAPER` for the children of this process's raylet (its two agents, and the
-    workers it started first), which exist when `ray.init` returns."""
+    """Starts `_REAPER` for the children of this process's raylet (its two agents), which
+    exist when `ray.init` returns."""
     targets = [f"{pid}:{start}" for raylet, _ in _children(os.getpid(), "raylet")
                for pid, start in _children(raylet)]
     _REAPERS.append(subprocess.Popen(
