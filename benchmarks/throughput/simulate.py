@@ -42,13 +42,15 @@ def loop_step_function(batch_env, algo, steps_per_call, writer=None, step=None,
 def simulate_call(function, batch, steps_per_call):
     """A `run_timed` call: one full call of `function` (a `loop_step_function`) without
     logging or forced reset, waited for; returns the environment steps it took (int:
-    `batch` environments times `steps_per_call`)."""
+    `batch` environments times `steps_per_call`). As the training loop does
+    (`Loop._callable`), it calls the function's traced graph (traced here)."""
     import tensorflow as tf
 
     false, count = tf.constant(False), tf.constant(steps_per_call)
+    traced = function.get_concrete_function()
 
     def call():
-        done, _ = function(false, false, count)
+        done, _ = traced(false, false, count)
         done.numpy()
         return batch * steps_per_call
 
@@ -198,6 +200,7 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
         agent.should_log.assign(True)
         true, false = tf.constant(True), tf.constant(False)
         count = tf.constant(steps_per_call)
+        traced = function.get_concrete_function()  # Called as the training loop calls it.
         adam_steps = int(iterations.numpy())
         steps = calls = updates = 0
         next_log = config.log_every
@@ -210,7 +213,7 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
                 log = after >= next_log
                 while next_log <= after:
                     next_log += config.log_every
-                done, _ = function(true if log else false, reset, count)
+                done, _ = traced(true if log else false, reset, count)
                 reset = false
                 steps = after
                 calls += 1
