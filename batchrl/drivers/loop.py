@@ -13,6 +13,7 @@ import tqdm
 from batchrl.drivers.checkpoints import Checkpoints
 from batchrl.drivers.progress import PhaseResult, bar_postfix, report_line
 from batchrl.drivers.simulate import episode_state, simulate_steps
+from batchrl.tools.graph import TracedCall
 
 
 class Interrupted(Exception):
@@ -131,11 +132,10 @@ class Loop:
         # The eval phase writes its summaries itself (log is false in its calls), so the
         # train writer is the function's default writer in both phases.
         self._jit_compile = bool(jit_compile)
-        self._function = step_function(
+        self._function = TracedCall(step_function(
             batch_env, self._stepped(algo), self._steps_per_call,
             None if jit_compile else self._writers["train"], step, count_steps=False,
-            jit_compile=jit_compile)
-        self._traced = None  # The step function's `ConcreteFunction`, once traced.
+            jit_compile=jit_compile))
         self._started_at = started_at
         self._startup_seconds = None
         self._tracing_seconds = None
@@ -350,7 +350,7 @@ class Loop:
         An environment's error becomes `EnvironmentFailed`.
         """
         try:
-            done, score = self._callable()(
+            done, score = self._function(
                 tf.constant(log), tf.constant(reset), tf.constant(count))
             return done.numpy()[:count], score.numpy()[:count]
         except tf.errors.OpError:
@@ -359,21 +359,6 @@ class Loop:
                 raise
             raise EnvironmentFailed(
                 f"at step {int(self._step.numpy()):,}: {cause}") from cause
-
-    def _callable(self):
-        """What `_call` calls: the step function's traced graph (its `ConcreteFunction`,
-        traced at the first call), which skips `tf.function`'s binding of the arguments to
-        its signature: 0.4 ms of each call here, about 1% of a 50-step call on 32
-        Pendulums (docs/throughput.md). The step function itself while functions run
-        eagerly (`tf.config.run_functions_eagerly`, which only it honours) and when it was
-        replaced by another callable (a wrapper that times it, say)."""
-        function = self._function
-        if (tf.config.functions_run_eagerly()
-                or not isinstance(function, tf.types.experimental.PolymorphicFunction)):
-            return function
-        if self._traced is None:
-            self._traced = function.get_concrete_function()
-        return self._traced
 
     def _check_stop(self):
         if self._stop is not None and self._stop.is_set():

@@ -42,12 +42,14 @@ def loop_step_function(batch_env, algo, steps_per_call, writer=None, step=None,
 def simulate_call(function, batch, steps_per_call):
     """A `run_timed` call: one full call of `function` (a `loop_step_function`) without
     logging or forced reset, waited for; returns the environment steps it took (int:
-    `batch` environments times `steps_per_call`). As the training loop does
-    (`Loop._callable`), it calls the function's traced graph (traced here)."""
+    `batch` environments times `steps_per_call`). As the training loop does, it calls the
+    function's traced graph (`batchrl.tools.graph.TracedCall`)."""
     import tensorflow as tf
 
+    from batchrl.tools.graph import TracedCall
+
     false, count = tf.constant(False), tf.constant(steps_per_call)
-    traced = function.get_concrete_function()
+    traced = TracedCall(function)
 
     def call():
         done, _ = traced(false, false, count)
@@ -182,6 +184,8 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
     """
     import tensorflow as tf
 
+    from batchrl.tools.graph import TracedCall
+
     config, build_lib = _agent_config(env_id, num_envs, overrides)
     with (baselines.open_batch_env(config) as (batch_env, setup),
           tempfile.TemporaryDirectory(prefix="batchrl-bench-") as logdir):
@@ -200,7 +204,7 @@ def measure_ppo_training(env_id, num_envs, steps_per_call, seconds, warmup, min_
         agent.should_log.assign(True)
         true, false = tf.constant(True), tf.constant(False)
         count = tf.constant(steps_per_call)
-        traced = function.get_concrete_function()  # Called as the training loop calls it.
+        traced = TracedCall(function)  # Called as the training loop calls it.
         adam_steps = int(iterations.numpy())
         steps = calls = updates = 0
         next_log = config.log_every
