@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from batchrl import build, configs, environments
 from batchrl.algorithms import parts
-from benchmarks.off_policy import _matmul_chain, _timed
+from benchmarks.off_policy import _matmul_chain, _timed, profiled_flops
 
 
 def forward_flops(networks, observation_shape):
@@ -37,17 +37,12 @@ def forward_flops(networks, observation_shape):
     matrix products, bias additions); a shared torso counted once."""
     torso = parts.shared_torso(networks)
 
-    @tf.function
     def forward(observ):
         with torso.reused() if torso is not None else contextlib.nullcontext():
             params, _ = networks.policy(observ, tf.zeros([1, networks.policy.state_size]))
             return params, networks.value(observ)
 
-    graph = forward.get_concrete_function(
-        tf.TensorSpec((1, 1) + tuple(observation_shape), tf.float32)).graph
-    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-    options["output"] = "none"
-    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+    return profiled_flops(forward, tf.TensorSpec((1, 1) + tuple(observation_shape), tf.float32))
 
 
 def _minibatch(algo, batch_size, seed=0):

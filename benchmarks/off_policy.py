@@ -9,9 +9,8 @@ In one process, alternating `--repeats` times so that both see the same host:
   batch size), compiled with XLA: the cores' rate on the update's own matrix sizes;
 - update: the config's algorithm built on the config's environment, its replay memory
   filled with random transitions, `--updates` updates per call of its compiled update.
-  Its FLOPs are counted from the networks' dense layers (2 per multiply-add; see
-  `update_flops`), so its GFLOP/s over the matmul's is the fraction of the cores' rate the
-  update reaches.
+  Its FLOPs are counted per network pass (2 per multiply-add; see `update_flops`), so its
+  GFLOP/s over the matmul's is the fraction of the cores' rate the update reaches.
 Reported: both rates (medians), their ratio, updates/s and hours per 1M environment steps
 at the config's `updates_per_step` (updates only, no environment), and the memory's bytes
 per transition and for `replay_capacity` transitions.
@@ -35,23 +34,36 @@ def _dense_macs(model):
                if "kernel" in v.name)
 
 
+def profiled_flops(function, *specs):
+    """FLOPs of `function` traced on inputs of the `tf.TensorSpec`s `specs`, as TensorFlow's
+    profiler counts them: the ops with registered FLOP statistics (convolutions and matrix
+    products, 2 FLOPs per multiply-add; bias additions, 1 per element)."""
+    graph = tf.function(function).get_concrete_function(*specs).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+
+
 def update_flops(algo, batch_size):
     """FLOPs of one update of `algo` (SAC, TD3 or DQN) on `batch_size` transitions.
 
-    With A the actor's and C the critic's (both Q heads) multiply-adds per sample, and a
-    backward pass costing two forward passes (gradients of the weights and of the
-    inputs): SAC runs the actor and the target critic on s' (A + C), trains the critic
-    (3C), and trains the actor through the critic (3A + 2C): 4A + 6C; TD3 the same but
-    the actor's step every `policy_delay` updates; DQN the online and target Q on s' and a
-    training pass (5Q). Two FLOPs per multiply-add.
+    With A the actor's and C the critic's (both Q heads) FLOPs per sample, and a backward
+    pass costing two forward passes (gradients of the weights and of the inputs): SAC runs
+    the actor and the target critic on s' (A + C), trains the critic (3C), and trains the
+    actor through the critic (3A + 2C): 4A + 6C; TD3 the same but the actor's step every
+    `policy_delay` updates; DQN the online and target Q on s' and a training pass (5Q).
+    SAC's and TD3's networks are MLPs: A and C are 2 FLOPs per multiply-add of their dense
+    layers. DQN's Q network may be convolutional: Q is `profiled_flops` of its forward
+    pass on one observation (the kernels' sizes alone, as for an MLP, would count each
+    convolution once per image instead of once per output position).
     """
     networks = algo.networks
     if algo.name == "dqn":
-        macs = 5 * _dense_macs(networks.policy)
-    else:
-        actor, critic = _dense_macs(networks.policy), _dense_macs(networks.critic)
-        delay = int(algo._config.policy_delay) if algo.name == "td3" else 1
-        macs = actor + critic + 3 * critic + (3 * actor + 2 * critic) / delay
+        observ = tf.TensorSpec((1,) + tuple(algo._observ_shape), tf.float32)
+        return 5.0 * profiled_flops(networks.policy, observ) * batch_size
+    actor, critic = _dense_macs(networks.policy), _dense_macs(networks.critic)
+    delay = int(algo._config.policy_delay) if algo.name == "td3" else 1
+    macs = actor + critic + 3 * critic + (3 * actor + 2 * critic) / delay
     return 2.0 * macs * batch_size
 
 

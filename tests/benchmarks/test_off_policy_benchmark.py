@@ -1,6 +1,9 @@
 """benchmarks/off_policy.py: the FLOP count of an update against a hand count, and a brief
 measurement of pendulum_sac with small networks (no timing is asserted)."""
 
+import types
+
+import keras
 import pytest
 
 from batchrl import configs
@@ -22,6 +25,18 @@ def test_update_flops_of_sac_by_hand(result):
     actor = 3 * 64 + 64 * 64 + 2 * 64
     critic = 2 * (4 * 64 + 64 * 64 + 64)
     assert result["update_gflop"] * 1e9 == pytest.approx(2 * 32 * (4 * actor + 6 * critic))
+
+
+def test_update_flops_of_a_convolutional_dqn_by_hand():
+    """A convolution counts once per output position, not once per image."""
+    q_network = keras.Sequential([keras.Input((10, 10, 3)), keras.layers.Conv2D(4, 3),
+                                  keras.layers.Flatten(), keras.layers.Dense(5)])
+    algo = types.SimpleNamespace(name="dqn", networks=types.SimpleNamespace(policy=q_network),
+                                 _observ_shape=(10, 10, 3))
+    # 3x3 convolution of 3 channels to 4 on 10x10: 8x8 outputs, each with a bias; dense
+    # 256 -> 5. Two FLOPs per multiply-add, one per bias addition.
+    forward = 2 * 8 * 8 * 9 * 3 * 4 + 8 * 8 * 4 + 2 * 256 * 5 + 5
+    assert off_policy.update_flops(algo, 32) == 5 * 32 * forward
 
 
 def test_memory_figures_and_rates(result, capsys):
