@@ -41,7 +41,13 @@ def profiled_flops(function, *specs):
     graph = tf.function(function).get_concrete_function(*specs).graph
     options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
-    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")  # The v1 profiler warns that its own helpers are deprecated.
+    try:
+        return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+    finally:
+        logger.setLevel(level)
 
 
 def update_flops(algo, batch_size):
