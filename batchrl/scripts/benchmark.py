@@ -57,7 +57,7 @@ DEFAULT_THRESHOLDS = {"pendulum": -200.0, "pendulum_native": -200.0, "cartpole":
                       "pendulum_appo": -200.0, "cartpole_impala": 500.0, "pong_appo": 18.0,
                       "cartpole_apex": 500.0, "cartpole_dqn_actor": 500.0,
                       "minatar_breakout_apex": 28.0,
-                      "pong_apex": 0.0, "cue_recall_appo": 0.9, "cartpole_pqn": 500.0,
+                      "pong_apex": 18.0, "cue_recall_appo": 0.9, "cartpole_pqn": 500.0,
                       "minatar_breakout_pqn": 28.0, "minatar_breakout_native_pqn": 28.0,
                       "minatar_space_invaders_pqn": 131.0, "pong_pqn": 18.0}
 NOTES_NAME = "notes.md"  # LOGDIR/CONFIG/notes.md, shown under the config's heading.
@@ -106,13 +106,14 @@ TARGETS = {
     # steps and 30 minutes, on 32 CPUs and a GPU).
     "pong_appo": dict(median_seconds=5400),
     # Issue 45 (Ape-X): cartpole_apex's final eval >= 475, as cartpole_dqn's, and
-    # cartpole_dqn_actor's (cartpole_dqn on an actor without lag); pong_apex >= 0 within 2
-    # hours. Issue 61: minatar_breakout_apex 28 within 600 s (issue 45 asked 25.8, DQN's
-    # best, within 2,340 s), where minatar_breakout (PPO) needed 362.
+    # cartpole_dqn_actor's (cartpole_dqn on an actor without lag). Issue 61:
+    # minatar_breakout_apex 28 within 600 s (issue 45 asked 25.8, DQN's best, within
+    # 2,340 s), where minatar_breakout (PPO) needed 362; pong_apex (seed 0) 18 within 1.5
+    # hours (issue 45 asked 0 within 2).
     "minatar_breakout_apex": dict(median_seconds=600),
     "cartpole_apex": dict(final_return=475),
     "cartpole_dqn_actor": dict(final_return=475),
-    "pong_apex": dict(median_seconds=7200),
+    "pong_apex": dict(median_seconds=5400),
     "masked_choice": dict(max_steps=60_000),
     "image_and_cue": dict(max_steps=100_000),
     # Issue 61: the memory task solved on an actor by the unrolled GRU (a guess scores 0).
